@@ -1,0 +1,139 @@
+package protocol
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+)
+
+// FrameKind tells client and server frames apart. The zero value is invalid.
+type FrameKind uint8
+
+const (
+	// FrameRun is a client run frame (a RunAgentInput).
+	FrameRun FrameKind = iota + 1
+	// FrameAbort is a client abort frame: {"type":"abort","runId":s}.
+	FrameAbort
+	// FrameEnvelope is a server envelope: {"id":"<offset>","chunk":<event>}.
+	FrameEnvelope
+	// FrameEvent is a bare server event (a RUN_ERROR the gateway could not store).
+	FrameEvent
+	// FramePing is the server heartbeat {"type":"ping"}.
+	FramePing
+)
+
+// ClientFrame is a decoded inbound text frame.
+type ClientFrame struct {
+	Kind  FrameKind      // FrameRun or FrameAbort
+	RunID string         // the run to abort, or Input.RunID
+	Input *RunAgentInput // FrameRun only
+}
+
+// ErrBadFrame reports a server frame that is none of envelope, bare event, ping.
+var ErrBadFrame = errors.New("protocol: not a gateway frame")
+
+// DecodeClientFrame classifies an inbound text frame: an abort
+// ({"type":"abort","runId":s}), or a run frame (anything else, decoded as a
+// RunAgentInput). Input that is not JSON wraps ErrNotJSON (the socket drops
+// it); valid JSON that is not a valid input is an *InputError, which the
+// gateway answers with a bare RUN_ERROR (code invalid_input, message
+// err.Error()).
+func DecodeClientFrame(data []byte) (ClientFrame, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err != nil {
+		return ClientFrame{}, fmt.Errorf("%w: %v", ErrNotJSON, err)
+	}
+	raw := buf.Bytes()
+	if isObject(raw) {
+		ms := splitObject(raw, nil)
+		if t := lookup(ms, "type"); isString(t) && unquote(t) == "abort" {
+			if id := lookup(ms, "runId"); isString(id) {
+				return ClientFrame{Kind: FrameAbort, RunID: unquote(id)}, nil
+			}
+		}
+	}
+	in, err := decodeInput(raw)
+	if err != nil {
+		return ClientFrame{}, err
+	}
+	return ClientFrame{Kind: FrameRun, RunID: in.RunID, Input: in}, nil
+}
+
+// AppendEnvelope appends {"id":"<offset>","chunk":<event>} to dst; event must
+// be one compact JSON event.
+func AppendEnvelope(dst []byte, offset string, event []byte) []byte {
+	dst = append(dst, `{"id":`...)
+	dst = appendString(dst, offset)
+	dst = append(dst, `,"chunk":`...)
+	dst = append(dst, event...)
+	return append(dst, '}')
+}
+
+// AppendRunError appends a bare RUN_ERROR event to dst ("code" omitted when "").
+func AppendRunError(dst []byte, message, code string) []byte {
+	dst = append(dst, `{"type":"RUN_ERROR","message":`...)
+	dst = appendString(dst, message)
+	if code != "" {
+		dst = append(dst, `,"code":`...)
+		dst = appendString(dst, code)
+	}
+	return append(dst, '}')
+}
+
+// PingFrame is the server heartbeat frame. Do not modify it.
+var PingFrame = []byte(`{"type":"ping"}`)
+
+// RunAcceptedName is the CUSTOM event name of the gateway's marker event.
+const RunAcceptedName = "run.accepted"
+
+var runAccepted = MustEvent(`{"type":"CUSTOM","name":"run.accepted","value":{}}`)
+
+// RunAccepted returns the gateway's marker event
+// {"type":"CUSTOM","name":"run.accepted","value":{}}, the first entry of every
+// run log. It is outside the verified sequence: it is never pushed through a
+// Pipeline. The event is shared and immutable.
+func RunAccepted() *Event { return runAccepted }
+
+// ServerFrame is a decoded outbound frame, for clients and tests.
+type ServerFrame struct {
+	Kind   FrameKind // FrameEnvelope, FrameEvent or FramePing
+	Offset string    // FrameEnvelope only
+	Event  []byte    // the event JSON (compact), FrameEnvelope and FrameEvent
+	Type   EventType // the event's type, FrameEnvelope and FrameEvent
+}
+
+// DecodeServerFrame decodes an envelope, a bare event, or a ping. The event
+// is not schema-checked.
+func DecodeServerFrame(data []byte) (ServerFrame, error) {
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, data); err != nil {
+		return ServerFrame{}, fmt.Errorf("%w: %v", ErrNotJSON, err)
+	}
+	raw := buf.Bytes()
+	if !isObject(raw) {
+		return ServerFrame{}, fmt.Errorf("%w: %s", ErrBadFrame, kindOf(raw))
+	}
+	ms := splitObject(raw, nil)
+	if t := lookup(ms, "type"); t != nil {
+		if !isString(t) || unquote(t) == "" {
+			return ServerFrame{}, fmt.Errorf("%w: type is not a non-empty string", ErrBadFrame)
+		}
+		if unquote(t) == "ping" {
+			return ServerFrame{Kind: FramePing}, nil
+		}
+		return ServerFrame{Kind: FrameEvent, Event: raw, Type: EventType(unquote(t))}, nil
+	}
+	id, chunk := lookup(ms, "id"), lookup(ms, "chunk")
+	if !isString(id) || unquote(id) == "" {
+		return ServerFrame{}, fmt.Errorf("%w: envelope without a string id", ErrBadFrame)
+	}
+	if !isObject(chunk) {
+		return ServerFrame{}, fmt.Errorf("%w: envelope without an event", ErrBadFrame)
+	}
+	ct := lookup(splitObject(chunk, nil), "type")
+	if !isString(ct) {
+		return ServerFrame{}, fmt.Errorf("%w: envelope event without a type", ErrBadFrame)
+	}
+	return ServerFrame{Kind: FrameEnvelope, Offset: unquote(id), Event: chunk, Type: EventType(unquote(ct))}, nil
+}

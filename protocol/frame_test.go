@@ -1,0 +1,124 @@
+package protocol
+
+import (
+	"errors"
+	"testing"
+)
+
+func TestDecodeClientFrame(t *testing.T) {
+	tests := []struct {
+		name    string
+		in      string
+		kind    FrameKind
+		runID   string
+		wantErr string // exact error text; "" for success
+		notJSON bool
+	}{
+		{name: "abort", in: `{"type":"abort","runId":"run-1724320000000-k3j9x2"}`, kind: FrameAbort, runID: "run-1724320000000-k3j9x2"},
+		{name: "run", in: `{"threadId":"t","runId":"r","messages":[{"id":"u1","role":"user","content":"hi"}],"extra":1}`, kind: FrameRun, runID: "r"},
+		{name: "abort without runId is a run frame", in: `{"type":"abort"}`, wantErr: "threadId: required non-empty string"},
+		{name: "not JSON", in: `{"threadId":`, notJSON: true},
+		{name: "not an object", in: `[1]`, wantErr: "run input must be a JSON object, not array"},
+		{name: "empty threadId", in: `{"threadId":"","runId":"r","messages":[]}`, wantErr: "threadId: required non-empty string"},
+		{name: "runId not a string", in: `{"threadId":"t","runId":1,"messages":[]}`, wantErr: "runId: required non-empty string"},
+		{name: "messages missing", in: `{"threadId":"t","runId":"r"}`, wantErr: "messages: required array"},
+		{name: "bad role", in: `{"threadId":"t","runId":"r","messages":[{"id":"a","role":"user","content":"x"},{"id":"b","role":"user","content":"x"},{"id":"c","role":"robot"}]}`, wantErr: "messages[2].role: must be one of developer, system, assistant, user, tool, activity, reasoning"},
+		{name: "message id", in: `{"threadId":"t","runId":"r","messages":[{"role":"user","content":"x"}]}`, wantErr: "messages[0].id: required string"},
+		{name: "tool message without toolCallId", in: `{"threadId":"t","runId":"r","messages":[{"id":"a","role":"tool","content":"x"}]}`, wantErr: "messages[0].toolCallId: required string for a tool message"},
+		{name: "tool message content", in: `{"threadId":"t","runId":"r","messages":[{"id":"a","role":"tool","toolCallId":"c","content":[]}]}`, wantErr: "messages[0].content: must be a string for a tool message"},
+		{name: "tool description", in: `{"threadId":"t","runId":"r","messages":[],"tools":[{"name":"f"}]}`, wantErr: "tools[0].description: required string"},
+		{name: "context value", in: `{"threadId":"t","runId":"r","messages":[],"context":[{"description":"d","value":3}]}`, wantErr: "context[0].value: required string"},
+		{name: "resume status", in: `{"threadId":"t","runId":"r","messages":[],"resume":[{"interruptId":"i","status":"later"}]}`, wantErr: `resume[0].status: must be "resolved" or "cancelled"`},
+		{name: "forwardedProps", in: `{"threadId":"t","runId":"r","messages":[],"forwardedProps":[]}`, wantErr: "forwardedProps: must be an object"},
+		{name: "state null is absent", in: `{"threadId":"t","runId":"r","messages":[],"state":null,"forwardedProps":null}`, kind: FrameRun, runID: "r"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fr, err := DecodeClientFrame([]byte(tt.in))
+			switch {
+			case tt.notJSON:
+				if !errors.Is(err, ErrNotJSON) {
+					t.Fatalf("DecodeClientFrame(%s) = %v, want ErrNotJSON", tt.in, err)
+				}
+			case tt.wantErr != "":
+				var ie *InputError
+				if !errors.As(err, &ie) || err.Error() != tt.wantErr || !errors.Is(err, ErrInvalidInput) {
+					t.Fatalf("DecodeClientFrame(%s) = %v, want %q", tt.in, err, tt.wantErr)
+				}
+			default:
+				if err != nil || fr.Kind != tt.kind || fr.RunID != tt.runID {
+					t.Fatalf("DecodeClientFrame(%s) = %+v, %v; want kind %d runId %q", tt.in, fr, err, tt.kind, tt.runID)
+				}
+			}
+		})
+	}
+}
+
+func TestRunAgentInput(t *testing.T) {
+	in, err := DecodeRunAgentInput([]byte(`{
+		"threadId":"t","runId":"r","state":null,"forwardedProps":{"demo":"tools"},"custom":{"k":1},
+		"messages":[
+			{"id":"u1","role":"user","content":"first"},
+			{"id":"a1","role":"assistant","content":null,"toolCalls":[]},
+			{"id":"u2","role":"user","content":[{"type":"text","text":"hello "},{"type":"image","source":{"type":"url","value":"https://example.com/x.png"}},{"type":"text","text":"world"}]},
+			{"id":"t1","role":"tool","toolCallId":"c1","content":"42"}
+		]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := in.LastUserText(); got != "hello world" {
+		t.Errorf("LastUserText() = %q, want %q", got, "hello world")
+	}
+	if got := string(in.ForwardedProp("demo")); got != `"tools"` {
+		t.Errorf(`ForwardedProp("demo") = %s, want "tools"`, got)
+	}
+	if in.State != nil || len(in.Tools) != 0 || in.Tools == nil || in.Context == nil || len(in.Messages) != 4 || in.Messages[3].ToolCallID != "c1" {
+		t.Errorf("decoded %+v", in)
+	}
+	want := `{"threadId":"t","runId":"r","forwardedProps":{"demo":"tools"},"custom":{"k":1},"messages":[{"id":"u1","role":"user","content":"first"},{"id":"a1","role":"assistant","content":null,"toolCalls":[]},{"id":"u2","role":"user","content":[{"type":"text","text":"hello "},{"type":"image","source":{"type":"url","value":"https://example.com/x.png"}},{"type":"text","text":"world"}]},{"id":"t1","role":"tool","toolCallId":"c1","content":"42"}],"tools":[],"context":[]}`
+	if got := string(in.JSON()); got != want {
+		t.Errorf("JSON() =\n%s\nwant\n%s", got, want)
+	}
+}
+
+func TestServerFrames(t *testing.T) {
+	ev := []byte(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}`)
+	env := AppendEnvelope(nil, "1-7", ev)
+	if want := `{"id":"1-7","chunk":{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}}`; string(env) != want {
+		t.Fatalf("AppendEnvelope = %s, want %s", env, want)
+	}
+	tests := []struct {
+		in     string
+		kind   FrameKind
+		offset string
+		event  string
+		typ    EventType
+		bad    bool
+	}{
+		{in: string(env), kind: FrameEnvelope, offset: "1-7", event: string(ev), typ: TextMessageContent},
+		{in: string(AppendRunError(nil, "bad \"input\"", "invalid_input")), kind: FrameEvent, event: `{"type":"RUN_ERROR","message":"bad \"input\"","code":"invalid_input"}`, typ: RunError},
+		{in: string(PingFrame), kind: FramePing},
+		{in: `{"id":"1","chunk":"x"}`, bad: true},
+		{in: `{"chunk":{"type":"RAW"}}`, bad: true},
+		{in: `{"type":""}`, bad: true},
+		{in: `[]`, bad: true},
+	}
+	for _, tt := range tests {
+		fr, err := DecodeServerFrame([]byte(tt.in))
+		if tt.bad {
+			if !errors.Is(err, ErrBadFrame) {
+				t.Errorf("DecodeServerFrame(%s) = %+v, %v, want ErrBadFrame", tt.in, fr, err)
+			}
+			continue
+		}
+		if err != nil || fr.Kind != tt.kind || fr.Offset != tt.offset || string(fr.Event) != tt.event || fr.Type != tt.typ {
+			t.Errorf("DecodeServerFrame(%s) = %+v (%s), %v", tt.in, fr, fr.Event, err)
+		}
+	}
+	if got := string(AppendRunError(nil, "Request aborted", "")); got != `{"type":"RUN_ERROR","message":"Request aborted"}` {
+		t.Errorf("AppendRunError without code = %s", got)
+	}
+	if got := RunAccepted(); got.Type() != Custom || string(got.JSON()) != `{"type":"CUSTOM","name":"run.accepted","value":{}}` || got.Str("name") != RunAcceptedName {
+		t.Errorf("RunAccepted() = %s", got.JSON())
+	}
+}
