@@ -1,0 +1,132 @@
+package jetstream
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+)
+
+// keyEncoding spells hashes with characters valid in subjects and KV keys.
+var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+
+// runKey names a run's metadata and lease. It depends on the runId only: runIds are one
+// namespace across principals, so a second principal's Create can be refused.
+func runKey(runID string) string {
+	h := sha256.New()
+	h.Write([]byte("run\x00"))
+	h.Write([]byte(runID))
+	return keyEncoding.EncodeToString(h.Sum(nil))
+}
+
+// logKey names a run's subject. It is injective in (principal, runID) up to SHA-256 collisions:
+// the principal is length-delimited, so no two pairs hash the same input, and any bytes of
+// either map to 52 subject-safe characters.
+func logKey(principal, runID string) string {
+	h := sha256.New()
+	var n [binary.MaxVarintLen64]byte
+	h.Write([]byte("log\x00"))
+	h.Write(n[:binary.PutUvarint(n[:], uint64(len(principal)))])
+	h.Write([]byte(principal))
+	h.Write([]byte(runID))
+	return keyEncoding.EncodeToString(h.Sum(nil))
+}
+
+// offsetTag binds offsets to one run of one stream epoch: an offset of another run, or of a
+// stream that was recreated since, carries another tag.
+func offsetTag(epoch, logKey string) string {
+	h := sha256.Sum256([]byte(epoch + "\x00" + logKey))
+	return hex.EncodeToString(h[:6])
+}
+
+// position is a decoded offset: the event at index idx of the batch message seq, in run
+// generation gen.
+type position struct {
+	gen uint64
+	seq uint64
+	idx int
+	tag string
+}
+
+const (
+	genWidth = 6
+	seqWidth = 12
+	idxWidth = 4
+	tagWidth = 12
+	// offsetLen is the length of every offset: four fixed-width lower-case hex fields joined
+	// by '-', so offsets of one generation compare as strings in log order.
+	offsetLen = genWidth + seqWidth + idxWidth + tagWidth + 3
+	// maxBatchEvents is the most events one batch message holds (idx has four hex digits).
+	maxBatchEvents = 1 << 16
+)
+
+// String formats p as an offset.
+func (p position) String() string {
+	return fmt.Sprintf("%0*x-%0*x-%0*x-%s", genWidth, p.gen, seqWidth, p.seq, idxWidth, p.idx, p.tag)
+}
+
+// parseOffset decodes an offset minted by position.String. It checks the form only.
+func parseOffset(s string) (position, error) {
+	if len(s) != offsetLen {
+		return position{}, ErrInvalidOffset
+	}
+	fields := [4]string{}
+	widths := [4]int{genWidth, seqWidth, idxWidth, tagWidth}
+	at := 0
+	for i, w := range widths {
+		if i > 0 {
+			if s[at] != '-' {
+				return position{}, ErrInvalidOffset
+			}
+			at++
+		}
+		fields[i] = s[at : at+w]
+		at += w
+		for j := 0; j < len(fields[i]); j++ {
+			c := fields[i][j]
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return position{}, ErrInvalidOffset
+			}
+		}
+	}
+	gen, err1 := strconv.ParseUint(fields[0], 16, 64)
+	seq, err2 := strconv.ParseUint(fields[1], 16, 64)
+	idx, err3 := strconv.ParseUint(fields[2], 16, 64)
+	if err := errors.Join(err1, err2, err3); err != nil || gen == 0 || seq == 0 {
+		return position{}, ErrInvalidOffset
+	}
+	return position{gen: gen, seq: seq, idx: int(idx), tag: fields[3]}, nil
+}
+
+// encodeBatch appends events to dst as a batch message body: each event as a uvarint length
+// followed by its bytes.
+func encodeBatch(dst []byte, events [][]byte) []byte {
+	for _, e := range events {
+		dst = binary.AppendUvarint(dst, uint64(len(e)))
+		dst = append(dst, e...)
+	}
+	return dst
+}
+
+// errBadBatch reports a batch body that encodeBatch did not write.
+var errBadBatch = errors.New("jetstream: malformed batch message")
+
+// decodeBatch splits a batch body into its events; they alias body.
+func decodeBatch(body []byte) ([][]byte, error) {
+	var events [][]byte
+	for len(body) > 0 {
+		n, k := binary.Uvarint(body)
+		if k <= 0 || n > uint64(len(body)-k) {
+			return nil, errBadBatch
+		}
+		events = append(events, body[k:k+int(n)])
+		body = body[k+int(n):]
+		if len(events) > maxBatchEvents {
+			return nil, errBadBatch
+		}
+	}
+	return events, nil
+}

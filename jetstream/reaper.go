@@ -1,0 +1,186 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// producerLost is the terminal event the reaper appends to a log whose producer died.
+var producerLost = []byte(`{"type":"RUN_ERROR","message":"producer lost","code":"producer_lost"}`)
+
+// renewLoop renews the leases of this store's open writers every LeaseTTL/3 until Close.
+func (s *Store) renewLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.LeaseTTL / 3)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.mu.Lock()
+		writers := make([]*Writer, 0, len(s.writers))
+		for w := range s.writers {
+			writers = append(writers, w)
+		}
+		s.mu.Unlock()
+		for _, w := range writers {
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.LeaseTTL/2)
+			w.renew(ctx)
+			cancel()
+		}
+	}
+}
+
+// leaseSeen is a lease as the reaper's watcher last saw it.
+type leaseSeen struct {
+	expires  int64 // Unix milliseconds
+	revision uint64
+}
+
+// reapLoop watches the lease bucket and runs the reaper every ReapInterval until Close.
+// The watcher keeps every open run's lease in memory, so a pass costs no request unless a
+// lease expired.
+func (s *Store) reapLoop() {
+	defer s.wg.Done()
+	t := time.NewTicker(s.cfg.ReapInterval)
+	defer t.Stop()
+	var watcher natsjs.KeyWatcher
+	defer func() {
+		if watcher != nil {
+			watcher.Stop()
+		}
+	}()
+	var updates <-chan natsjs.KeyValueEntry
+	seen := map[string]leaseSeen{}
+	for {
+		if watcher == nil {
+			w, err := s.leases.WatchAll(s.ctx)
+			if err != nil && s.ctx.Err() == nil {
+				s.log.Warn("jetstream: reaper: watch leases", keyErr, err)
+			}
+			if err == nil {
+				watcher, updates = w, w.Updates()
+				clear(seen)
+			}
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case e, ok := <-updates:
+			switch {
+			case !ok:
+				watcher.Stop()
+				watcher, updates = nil, nil
+			case e == nil: // the initial values are in
+			case e.Operation() != natsjs.KeyValuePut:
+				delete(seen, e.Key())
+			default:
+				var l lease
+				json.Unmarshal(e.Value(), &l)
+				seen[e.Key()] = leaseSeen{expires: l.Expires, revision: e.Revision()}
+			}
+		case <-t.C:
+			s.reap(s.ctx, seen)
+		}
+	}
+}
+
+// reap closes the logs of open runs whose lease expired: their producer died or was cut off.
+// Reapers of several stores claim a run by a compare-and-set on its lease, so one reaps it.
+func (s *Store) reap(ctx context.Context, seen map[string]leaseSeen) {
+	now := time.Now().UnixMilli()
+	for key, l := range seen {
+		if now < l.expires {
+			continue
+		}
+		claim := mustJSON(lease{Owner: s.cfg.Owner + " reaper", Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli()})
+		rev, err := s.leases.Update(ctx, key, claim, l.revision)
+		if err != nil {
+			continue // renewed or claimed meanwhile: the watcher brings the news
+		}
+		seen[key] = leaseSeen{expires: now + s.cfg.LeaseTTL.Milliseconds(), revision: rev}
+		if err := s.reapRun(ctx, key, rev); err != nil && ctx.Err() == nil {
+			s.log.Warn("jetstream: reap run", keyRun, key, keyErr, err)
+		}
+	}
+}
+
+// reapRun appends the producer_lost terminal and the close record to the run's log, fenced
+// by the subject's last sequence so that the dead producer's later appends fail.
+func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error {
+	for attempt := 0; attempt < 5; attempt++ {
+		e, err := s.meta.Get(ctx, key)
+		if errors.Is(err, natsjs.ErrKeyNotFound) {
+			return s.dropLease(ctx, key, leaseRev)
+		}
+		if err != nil {
+			return err
+		}
+		var info RunInfo
+		if err := json.Unmarshal(e.Value(), &info); err != nil {
+			return err
+		}
+		if info.State != RunOpen {
+			return s.dropLease(ctx, key, leaseRev)
+		}
+		subject, _ := s.subject(info.Principal, info.RunID)
+		var last uint64
+		m, err := s.lastMsg(ctx, subject)
+		if err != nil {
+			return err
+		}
+		if m != nil {
+			if msgGen(m.Header) != info.Generation {
+				return nil // a resubmit is under way; its writer holds a fresh lease
+			}
+			if m.Header.Get(hdrCtl) == ctlClose {
+				info.State, info.Closed = RunClosed, time.Now().UTC()
+				return s.closeRun(ctx, key, info, leaseRev)
+			}
+			last = m.Sequence
+		}
+		// A resubmit takes the lease before it changes anything else: if our claim still
+		// stands, the log read above is the generation to close.
+		if l, err := s.leases.Get(ctx, key); err != nil || l.Revision() != leaseRev {
+			return nil
+		}
+		id := fmt.Sprintf("reap.%s.%d.%d", key, info.Generation, last)
+		seq, err := s.publishAfter(ctx, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{producerLost}), "")
+		if errors.Is(err, ErrFenced) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := s.publishAfter(ctx, subject, info.Generation, seq, id+".close", nil, ctlClose); errors.Is(err, ErrFenced) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		info.State, info.Closed, info.Reaped = RunClosed, time.Now().UTC(), true
+		if err := s.closeRun(ctx, key, info, leaseRev); err != nil {
+			return err
+		}
+		if f := s.cfg.Metrics.RunReaped; f != nil {
+			f()
+		}
+		return nil
+	}
+	return errors.New("log keeps moving")
+}
+
+// dropLease removes a lease left by a run that is closed or gone.
+func (s *Store) dropLease(ctx context.Context, key string, rev uint64) error {
+	err := s.leases.Delete(ctx, key, natsjs.LastRevision(rev))
+	if err != nil && !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,437 @@
+package jetstream
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	nats "github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// Errors returned by the store. Callers compare with errors.Is.
+var (
+	ErrForbidden     = errors.New("jetstream: run belongs to another principal")
+	ErrUnknownRun    = errors.New("jetstream: unknown or expired run")
+	ErrInvalidOffset = errors.New("jetstream: invalid offset")
+	ErrFenced        = errors.New("jetstream: writer fenced out")
+	ErrLeaseLost     = errors.New("jetstream: lease lost")
+	ErrClosed        = errors.New("jetstream: closed")
+	ErrEventTooLarge = errors.New("jetstream: event too large")
+)
+
+// Config configures a Store. Zero fields mean the documented defaults.
+type Config struct {
+	// URLs lists external NATS servers, comma-separated. Empty starts an embedded server.
+	URLs string
+	// CredsFile is a NATS credentials file for URLs.
+	CredsFile string
+	// TLSCA, TLSCert and TLSKey are PEM files: a CA to trust, and a client certificate.
+	TLSCA, TLSCert, TLSKey string
+
+	// DataDir is where the embedded server stores JetStream data (default "./data").
+	DataDir string
+	// ListenAddr is the embedded server's client address (default "127.0.0.1:0", a random
+	// loopback port), so another process can share the server.
+	ListenAddr string
+
+	// Stream names the stream holding every run's log (default "WSGATEWAY_RUNS").
+	Stream string
+	// SubjectPrefix prefixes run subjects (default "wsgateway.run").
+	SubjectPrefix string
+	// MetaBucket and LeaseBucket name the KV buckets of run metadata and producer leases
+	// (defaults "wsgateway_runs" and "wsgateway_leases").
+	MetaBucket, LeaseBucket string
+	// Replicas of the stream and buckets (default 1).
+	Replicas int
+
+	// Retention is how long logs and metadata are kept (default 24h).
+	Retention time.Duration
+	// DedupWindow is the stream's duplicate window, the horizon of publish retries
+	// (default 30s).
+	DedupWindow time.Duration
+	// PublishTimeout bounds one publish attempt (default 5s).
+	PublishTimeout time.Duration
+	// LeaseTTL is how long a producer's lease lasts without renewal (default 15s).
+	LeaseTTL time.Duration
+	// ReapInterval is how often the reaper looks for expired leases (default LeaseTTL/3).
+	ReapInterval time.Duration
+	// JoinWait is how long a "-1" Read waits for a run that has no log yet (default 2s).
+	JoinWait time.Duration
+	// MaxBatchBytes caps the body of one batch message (default 512 KiB, at most the
+	// server's max payload less headroom for headers).
+	MaxBatchBytes int
+
+	// Owner names this process in run metadata and leases (default host-pid-random).
+	Owner string
+	// Logger receives warnings of background work (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics receives append and reaper observations (optional).
+	Metrics *Metrics
+}
+
+// Metrics are optional callbacks; the caller turns them into collectors. They run on the
+// store's goroutines and must not block.
+type Metrics struct {
+	// BatchStored is called once per stored batch with its event count and the time from the
+	// Append of its oldest event to the store's acknowledgement.
+	BatchStored func(events int, latency time.Duration)
+	// RunReaped is called once per run this store's reaper closed.
+	RunReaped func()
+}
+
+func (c Config) withDefaults() (Config, error) {
+	def := func(s *string, v string) {
+		if *s == "" {
+			*s = v
+		}
+	}
+	defd := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.DataDir, "./data")
+	def(&c.ListenAddr, "127.0.0.1:0")
+	def(&c.Stream, "WSGATEWAY_RUNS")
+	def(&c.SubjectPrefix, "wsgateway.run")
+	def(&c.MetaBucket, "wsgateway_runs")
+	def(&c.LeaseBucket, "wsgateway_leases")
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	defd(&c.Retention, 24*time.Hour)
+	defd(&c.DedupWindow, 30*time.Second)
+	defd(&c.PublishTimeout, 5*time.Second)
+	defd(&c.LeaseTTL, 15*time.Second)
+	defd(&c.ReapInterval, c.LeaseTTL/3)
+	defd(&c.JoinWait, 2*time.Second)
+	if c.MaxBatchBytes == 0 {
+		c.MaxBatchBytes = 512 << 10
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = &Metrics{}
+	}
+	switch {
+	case c.Replicas < 1 || c.Replicas > 5:
+		return c, fmt.Errorf("jetstream: replicas %d out of 1..5", c.Replicas)
+	case c.Retention < 0 || c.DedupWindow < 0 || c.LeaseTTL < 0 || c.ReapInterval < 0 ||
+		c.JoinWait < 0 || c.PublishTimeout < 0:
+		return c, errors.New("jetstream: negative duration in config")
+	case c.DedupWindow > c.Retention:
+		return c, errors.New("jetstream: dedup window longer than retention")
+	case c.MaxBatchBytes < 1024:
+		return c, errors.New("jetstream: max batch bytes below 1 KiB")
+	}
+	return c, nil
+}
+
+// Log attribute keys.
+const (
+	keyErr = "err"
+	keyRun = "run"
+)
+
+const (
+	epochMetaKey = "wsgateway_epoch"
+	hdrGen       = "Wsg-Gen"
+	hdrCtl       = "Wsg-Ctl"
+	ctlClose     = "close" // the log is closed: readers stop here
+	ctlOpen      = "open"  // a generation starts: readers skip it
+)
+
+// Store is a connection to the run log. It is safe for concurrent use.
+type Store struct {
+	cfg    Config
+	ns     *server.Server // the embedded server, nil in external mode
+	nc     *nats.Conn
+	js     natsjs.JetStream
+	stream natsjs.Stream
+	meta   natsjs.KeyValue
+	leases natsjs.KeyValue
+	epoch  string
+	log    *slog.Logger
+
+	ctx    context.Context // canceled by Close: aborts background work and retries
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background loops
+
+	mu      sync.Mutex
+	writers map[*Writer]struct{}
+	closed  bool
+	once    sync.Once
+}
+
+// Open connects to NATS (starting the embedded server when cfg.URLs is empty), creates or
+// updates the stream and buckets, and starts the lease renewer and the reaper.
+func Open(ctx context.Context, cfg Config) (*Store, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}}
+	url := cfg.URLs
+	opts := []nats.Option{
+		nats.Name("wsgateway " + cfg.Owner),
+		nats.MaxReconnects(-1),
+		nats.ReconnectWait(100 * time.Millisecond),
+		nats.ReconnectJitter(50*time.Millisecond, 200*time.Millisecond),
+	}
+	if url == "" {
+		ns, err := startEmbedded(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("open: %w", err)
+		}
+		s.ns = ns
+		url = ns.ClientURL()
+	} else {
+		if cfg.CredsFile != "" {
+			opts = append(opts, nats.UserCredentials(cfg.CredsFile))
+		}
+		if cfg.TLSCA != "" {
+			opts = append(opts, nats.RootCAs(cfg.TLSCA))
+		}
+		if cfg.TLSCert != "" || cfg.TLSKey != "" {
+			opts = append(opts, nats.ClientCert(cfg.TLSCert, cfg.TLSKey))
+		}
+	}
+	fail := func(err error) (*Store, error) {
+		if s.nc != nil {
+			s.nc.Close()
+		}
+		if s.ns != nil {
+			s.ns.Shutdown()
+			s.ns.WaitForShutdown()
+		}
+		return nil, fmt.Errorf("open: %w", err)
+	}
+	if s.nc, err = nats.Connect(url, opts...); err != nil {
+		return fail(err)
+	}
+	if limit := int(s.nc.MaxPayload()) - 4096; s.cfg.MaxBatchBytes > limit {
+		s.cfg.MaxBatchBytes = limit
+	}
+	if s.js, err = natsjs.New(s.nc); err != nil {
+		return fail(err)
+	}
+	if err := s.ensure(ctx); err != nil {
+		return fail(err)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.wg.Add(2)
+	go s.renewLoop()
+	go s.reapLoop()
+	return s, nil
+}
+
+// startEmbedded starts a single JetStream server on cfg.ListenAddr storing under cfg.DataDir.
+func startEmbedded(cfg Config) (*server.Server, error) {
+	host, port, err := net.SplitHostPort(cfg.ListenAddr)
+	if err != nil {
+		return nil, fmt.Errorf("listen address %q: %w", cfg.ListenAddr, err)
+	}
+	p, err := strconv.Atoi(port)
+	if err != nil {
+		return nil, fmt.Errorf("listen address %q: %w", cfg.ListenAddr, err)
+	}
+	if p == 0 {
+		p = server.RANDOM_PORT
+	}
+	ns, err := server.NewServer(&server.Options{
+		ServerName: "wsgateway",
+		Host:       host,
+		Port:       p,
+		JetStream:  true,
+		StoreDir:   cfg.DataDir,
+		NoSigs:     true,
+		NoLog:      true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("embedded server: %w", err)
+	}
+	ns.Start()
+	if !ns.ReadyForConnections(30 * time.Second) {
+		ns.Shutdown()
+		ns.WaitForShutdown()
+		return nil, errors.New("embedded server: not ready")
+	}
+	return ns, nil
+}
+
+// ensure creates or updates the stream and the buckets, and learns the stream's epoch.
+func (s *Store) ensure(ctx context.Context) error {
+	want := natsjs.StreamConfig{
+		Name:        s.cfg.Stream,
+		Subjects:    []string{s.cfg.SubjectPrefix + ".>"},
+		Storage:     natsjs.FileStorage,
+		Retention:   natsjs.LimitsPolicy,
+		Discard:     natsjs.DiscardOld,
+		MaxAge:      s.cfg.Retention,
+		Duplicates:  s.cfg.DedupWindow,
+		Replicas:    s.cfg.Replicas,
+		AllowDirect: true,
+	}
+	for attempt := 0; s.stream == nil; attempt++ {
+		if attempt == 5 {
+			return fmt.Errorf("stream %s: concurrent changes", s.cfg.Stream)
+		}
+		st, err := s.js.Stream(ctx, s.cfg.Stream)
+		if errors.Is(err, natsjs.ErrStreamNotFound) {
+			cfg := want
+			cfg.Metadata = map[string]string{epochMetaKey: randomHex(8)}
+			st, err = s.js.CreateStream(ctx, cfg)
+			if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
+				continue
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
+		}
+		have := st.CachedInfo().Config
+		cfg := want
+		cfg.Metadata = map[string]string{}
+		for k, v := range have.Metadata {
+			if !strings.HasPrefix(k, "_nats") {
+				cfg.Metadata[k] = v
+			}
+		}
+		if cfg.Metadata[epochMetaKey] == "" {
+			cfg.Metadata[epochMetaKey] = randomHex(8)
+		}
+		if have.Metadata[epochMetaKey] != cfg.Metadata[epochMetaKey] || have.MaxAge != want.MaxAge ||
+			have.Duplicates != want.Duplicates || have.Replicas != want.Replicas ||
+			!have.AllowDirect || len(have.Subjects) != 1 || have.Subjects[0] != want.Subjects[0] {
+			if st, err = s.js.UpdateStream(ctx, cfg); err != nil {
+				return fmt.Errorf("update stream %s: %w", s.cfg.Stream, err)
+			}
+		}
+		s.epoch = st.CachedInfo().Config.Metadata[epochMetaKey]
+		s.stream = st
+	}
+	var err error
+	for _, b := range []struct {
+		kv   *natsjs.KeyValue
+		name string
+	}{{&s.meta, s.cfg.MetaBucket}, {&s.leases, s.cfg.LeaseBucket}} {
+		*b.kv, err = s.js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
+			Bucket:   b.name,
+			History:  1,
+			TTL:      s.cfg.Retention,
+			Storage:  natsjs.FileStorage,
+			Replicas: s.cfg.Replicas,
+		})
+		if err != nil {
+			return fmt.Errorf("bucket %s: %w", b.name, err)
+		}
+	}
+	return nil
+}
+
+// Ready reports whether NATS is connected and the stream and buckets answer.
+func (s *Store) Ready(ctx context.Context) error {
+	if s.isClosed() {
+		return ErrClosed
+	}
+	if st := s.nc.Status(); st != nats.CONNECTED {
+		return fmt.Errorf("ready: nats %s", st)
+	}
+	if _, err := s.stream.Info(ctx); err != nil {
+		return fmt.Errorf("ready: stream: %w", err)
+	}
+	for _, kv := range []natsjs.KeyValue{s.meta, s.leases} {
+		if _, err := kv.Status(ctx); err != nil {
+			return fmt.Errorf("ready: bucket %s: %w", kv.Bucket(), err)
+		}
+	}
+	return nil
+}
+
+// ClientURL is the URL of the embedded server, or "" in external mode.
+func (s *Store) ClientURL() string {
+	if s.ns == nil {
+		return ""
+	}
+	return s.ns.ClientURL()
+}
+
+// Close stops the writers still open (their pending appends fail with ErrClosed and their
+// leases are released so that a reaper closes their logs), the background loops, the
+// connection and the embedded server. It is idempotent and waits.
+func (s *Store) Close() error {
+	s.once.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		writers := make([]*Writer, 0, len(s.writers))
+		for w := range s.writers {
+			writers = append(writers, w)
+		}
+		s.mu.Unlock()
+		s.cancel()
+		s.wg.Wait()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		for _, w := range writers {
+			w.abandon(ctx)
+		}
+		s.nc.Close()
+		if s.ns != nil {
+			s.ns.Shutdown()
+			s.ns.WaitForShutdown()
+		}
+	})
+	return nil
+}
+
+func (s *Store) isClosed() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.closed
+}
+
+func (s *Store) subject(principal, runID string) (subject, tag string) {
+	k := logKey(principal, runID)
+	return s.cfg.SubjectPrefix + "." + k, offsetTag(s.epoch, k)
+}
+
+// sleep waits d or until ctx or the store is done.
+func (s *Store) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.ctx.Done():
+		return ErrClosed
+	}
+}
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func isWrongLastSeq(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant)
+}

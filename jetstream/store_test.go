@@ -1,0 +1,489 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+func TestAppendReadClose(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	if err := s.Ready(ctx); err != nil {
+		t.Fatalf("Ready = %v", err)
+	}
+	runID := "run.with spaces*>\x00é" + strings.Repeat("x", 10<<10)
+	w, err := s.Create(ctx, "alice", runID, "thread-1")
+	if err != nil {
+		t.Fatalf("Create: %v", err)
+	}
+	var events [][]byte
+	for i := range 100 {
+		events = append(events, event("a", i))
+	}
+	offs := mustAppend(t, w, events)
+	for i := 1; i < len(offs); i++ {
+		if offs[i] <= offs[i-1] {
+			t.Fatalf("offset %d %q not after %q", i, offs[i], offs[i-1])
+		}
+		if strings.ContainsAny(offs[i], " \t\r\n\x00") || offs[i] == "" {
+			t.Fatalf("offset %q has forbidden characters", offs[i])
+		}
+	}
+	tail, err := s.Read(ctx, "alice", runID, FromStart)
+	if err != nil {
+		t.Fatalf("Read: %v", err)
+	}
+	entries, closed, err := s.Snapshot(ctx, "alice", runID)
+	if err != nil || closed {
+		t.Fatalf("Snapshot = closed %v, %v; want open, nil", closed, err)
+	}
+	checkEntries(t, "snapshot of open log", entries, events, offs)
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	checkEntries(t, "tail from -1", readAll(t, tail), events, offs)
+	for _, k := range []int{0, 41, 99} {
+		r, err := s.Read(ctx, "alice", runID, offs[k])
+		if err != nil {
+			t.Fatalf("Read after %d: %v", k, err)
+		}
+		checkEntries(t, "read after offset", readAll(t, r), events[k+1:], offs[k+1:])
+	}
+	r, err := s.Read(ctx, "alice", runID, FromNow)
+	if err != nil {
+		t.Fatalf("Read now: %v", err)
+	}
+	checkEntries(t, "read now of closed log", readAll(t, r), nil, nil)
+	entries, closed, err = s.Snapshot(ctx, "alice", runID)
+	if err != nil || !closed {
+		t.Fatalf("Snapshot = closed %v, %v; want closed", closed, err)
+	}
+	checkEntries(t, "snapshot of closed log", entries, events, offs)
+	info, err := s.Run(ctx, "alice", runID)
+	if err != nil || info.State != RunClosed || info.ThreadID != "thread-1" || info.Generation != 1 || info.Closed.IsZero() {
+		t.Fatalf("Run = %+v, %v", info, err)
+	}
+	var got error
+	w.Append(event("a", 100), func(_ string, err error) { got = err })
+	if !errors.Is(got, ErrClosed) {
+		t.Fatalf("Append after Close = %v, want ErrClosed", got)
+	}
+}
+
+func TestReadErrors(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	w, err := s.Create(ctx, "alice", "r1", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := mustAppend(t, w, [][]byte{event("r1", 0), event("r1", 1)})
+	w2, err := s.Create(ctx, "alice", "r2", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	foreign := mustAppend(t, w2, [][]byte{event("r2", 0)})[0]
+	last, _ := parseOffset(offs[1])
+	pastIdx, pastSeq := last, last
+	pastIdx.idx = 7
+	pastSeq.seq += 1000
+	epoch := last
+	epoch.tag = offsetTag("another-epoch", logKey("alice", "r1"))
+	oldGen := last
+	oldGen.gen = 0x99
+	tests := []struct {
+		name, principal, runID, after string
+		want                          error
+	}{
+		{"unknown run", "alice", "nope", FromNow, ErrUnknownRun},
+		{"unknown run join", "alice", "nope", FromStart, ErrUnknownRun},
+		{"another principal", "bob", "r1", FromStart, ErrUnknownRun},
+		{"another principal offset", "bob", "r1", offs[0], ErrUnknownRun},
+		{"malformed", "alice", "r1", "12", ErrInvalidOffset},
+		{"empty", "alice", "r1", "", ErrInvalidOffset},
+		{"uppercase", "alice", "r1", strings.ToUpper(offs[0]), ErrInvalidOffset},
+		{"foreign run", "alice", "r1", foreign, ErrInvalidOffset},
+		{"past the end idx", "alice", "r1", pastIdx.String(), ErrInvalidOffset},
+		{"past the end seq", "alice", "r1", pastSeq.String(), ErrInvalidOffset},
+		{"other epoch", "alice", "r1", epoch.String(), ErrInvalidOffset},
+		{"other generation", "alice", "r1", oldGen.String(), ErrInvalidOffset},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := s.Read(ctx, tt.principal, tt.runID, tt.after)
+			if !errors.Is(err, tt.want) {
+				if r != nil {
+					r.Close()
+				}
+				t.Fatalf("Read(%q, %q, %q) = %v, want %v", tt.principal, tt.runID, tt.after, err, tt.want)
+			}
+		})
+	}
+	if _, err := s.Create(ctx, "bob", "r1", "t"); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("Create by another principal = %v, want ErrForbidden", err)
+	}
+	if _, err := s.Run(ctx, "bob", "r1"); !errors.Is(err, ErrUnknownRun) {
+		t.Fatalf("Run by another principal = %v, want ErrUnknownRun", err)
+	}
+	for _, w := range []*Writer{w, w2} {
+		if err := w.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestJoinWaitsForCreate(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.JoinWait = 5 * time.Second
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	type opened struct {
+		r   *Reader
+		err error
+	}
+	ch := make(chan opened, 1)
+	go func() {
+		r, err := s.Read(ctx, "alice", "late", FromStart)
+		ch <- opened{r, err}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	w, err := s.Create(ctx, "alice", "late", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := [][]byte{event("late", 0), event("late", 1)}
+	offs := mustAppend(t, w, events)
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	o := <-ch
+	if o.err != nil {
+		t.Fatalf("Read -1 before Create = %v", o.err)
+	}
+	checkEntries(t, "join", readAll(t, o.r), events, offs)
+}
+
+func TestResubmitStartsGeneration(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	w1, err := s.Create(ctx, "alice", "r", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := mustAppend(t, w1, [][]byte{event("g1", 0), event("g1", 1)})
+	tail, err := s.Read(ctx, "alice", "r", FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []Entry
+	for range 2 {
+		e, err := tail.Next(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen = append(seen, e)
+	}
+	w2, err := s.Create(ctx, "alice", "r", "t")
+	if err != nil {
+		t.Fatalf("resubmit Create: %v", err)
+	}
+	// The first writer is fenced out: its next append fails and Lost fires.
+	if r := appendAll(t, w1, [][]byte{event("g1", 2)}); !errors.Is(r[0].err, ErrFenced) {
+		t.Fatalf("Append by the replaced writer = %v, want ErrFenced", r[0].err)
+	}
+	select {
+	case <-w1.Lost():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Lost did not fire for the replaced writer")
+	}
+	events := [][]byte{event("g2", 0), event("g2", 1), event("g2", 2)}
+	offs := mustAppend(t, w2, events)
+	if err := w2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range old {
+		if _, err := s.Read(ctx, "alice", "r", o); !errors.Is(err, ErrInvalidOffset) {
+			t.Fatalf("Read(old offset %s) = %v, want ErrInvalidOffset", o, err)
+		}
+	}
+	r, err := s.Read(ctx, "alice", "r", FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, "new generation", readAll(t, r), events, offs)
+	// The tail opened on the first generation saw its events, then the resubmit.
+	checkEntries(t, "old tail", seen, [][]byte{event("g1", 0), event("g1", 1)}, old)
+	ctx2, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if got, err := drain(ctx2, tail); !errors.Is(err, ErrInvalidOffset) || len(got) != 0 {
+		t.Fatalf("old tail after resubmit = %d entries, %v; want 0, ErrInvalidOffset", len(got), err)
+	}
+	info, _ := s.Run(ctx, "alice", "r")
+	if info.Generation != 2 {
+		t.Fatalf("Generation = %d, want 2", info.Generation)
+	}
+	w1.Close(ctx)
+}
+
+func TestReaperClosesLostRun(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.LeaseTTL = 1500 * time.Millisecond
+	cfg.ReapInterval = 250 * time.Millisecond
+	reaped := make(chan struct{}, 4)
+	cfg.Metrics = &Metrics{RunReaped: func() { reaped <- struct{}{} }}
+	a := openStore(t, cfg) // runs the embedded server
+	cfg.URLs = a.ClientURL()
+	a2 := openStore(t, cfg) // the producer's store
+	b := openStore(t, cfg)  // another process's store: three reapers compete
+	ctx := context.Background()
+
+	w, err := a2.Create(ctx, "alice", "crash", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := [][]byte{event("c", 0), event("c", 1), event("c", 2)}
+	offs := mustAppend(t, w, events)
+	tail, err := b.Read(ctx, "alice", "crash", offs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Still renewing: outlives several TTLs.
+	time.Sleep(3 * cfg.LeaseTTL)
+	if info, _ := b.Run(ctx, "alice", "crash"); info.State != RunOpen {
+		t.Fatalf("a renewing producer's run was closed: %+v", info)
+	}
+	w.noRenew.Store(true) // the producer stops renewing without closing: a crash
+	stopped := time.Now()
+	got := readAll(t, tail)
+	elapsed := time.Since(stopped)
+	want := append(append([][]byte{}, events[1:]...), producerLost)
+	if len(got) != 3 || string(got[0].Event) != string(events[1]) || string(got[1].Event) != string(events[2]) ||
+		string(got[2].Event) != string(producerLost) {
+		t.Fatalf("tail after crash = %q, want %q", firstEvents(got), want)
+	}
+	if bound := cfg.LeaseTTL + cfg.ReapInterval + 2*time.Second; elapsed > bound {
+		t.Fatalf("reaped after %v, want within %v", elapsed, bound)
+	}
+	if r := appendAll(t, w, [][]byte{event("c", 3)}); !errors.Is(r[0].err, ErrFenced) {
+		t.Fatalf("Append after reap = %v, want ErrFenced", r[0].err)
+	}
+	select {
+	case <-w.Lost():
+	case <-time.After(5 * time.Second):
+		t.Fatal("Lost did not fire")
+	}
+	select {
+	case <-reaped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("RunReaped not called")
+	}
+	info, err := b.Run(ctx, "alice", "crash")
+	if err != nil || info.State != RunClosed || !info.Reaped {
+		t.Fatalf("Run after reap = %+v, %v", info, err)
+	}
+	time.Sleep(3 * cfg.ReapInterval)
+	if n := len(reaped); n != 0 {
+		t.Fatalf("run reaped %d more times", n)
+	}
+	entries, closed, err := b.Snapshot(ctx, "alice", "crash")
+	if err != nil || !closed || len(entries) != 4 {
+		t.Fatalf("Snapshot = %d entries, closed %v, %v; want 4, closed", len(entries), closed, err)
+	}
+	if err := w.Close(ctx); !errors.Is(err, ErrFenced) {
+		t.Fatalf("Close of a fenced writer = %v, want ErrFenced", err)
+	}
+
+	// A process that stops with a run still open releases its lease; another reaps it.
+	w2, err := a2.Create(ctx, "alice", "left-open", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, w2, [][]byte{event("l", 0)})
+	a2.Close()
+	r, err := b.Read(ctx, "alice", "left-open", FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = readAll(t, r)
+	if len(got) != 2 || string(got[1].Event) != string(producerLost) {
+		t.Fatalf("run left open by a stopped store = %q", firstEvents(got))
+	}
+}
+
+func TestRetentionAgesOut(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Retention = time.Second
+	cfg.DedupWindow = time.Second
+	cfg.PublishTimeout = 500 * time.Millisecond
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	w, err := s.Create(ctx, "alice", "old", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	offs := mustAppend(t, w, [][]byte{event("o", 0)})
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		r, err := s.Read(ctx, "alice", "old", offs[0])
+		if errors.Is(err, ErrUnknownRun) {
+			break
+		}
+		if r != nil {
+			r.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Read of a run past retention = %v, want ErrUnknownRun", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	start := time.Now()
+	if _, err := s.Read(ctx, "alice", "old", FromNow); !errors.Is(err, ErrUnknownRun) {
+		t.Fatalf("Read now of aged-out run = %v", err)
+	}
+	if d := time.Since(start); d > cfg.JoinWait {
+		t.Fatalf("Read of an aged-out run took %v", d)
+	}
+}
+
+// TestPersistence stops the server mid-run and starts it again on the same directory: the
+// log and its offsets survive, an open tail resumes, and appends made meanwhile are stored.
+func TestPersistence(t *testing.T) {
+	dir := t.TempDir()
+	port := freePort(t)
+	ns := startServer(t, server.Options{Port: port, StoreDir: dir})
+	cfg := testConfig(t)
+	cfg.URLs = ns.ClientURL()
+	cfg.LeaseTTL = 30 * time.Second
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	w, err := s.Create(ctx, "alice", "durable", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var events [][]byte
+	for i := range 100 {
+		events = append(events, event("d", i))
+	}
+	offs := mustAppend(t, w, events[:50])
+	tail, err := s.Read(ctx, "alice", "durable", FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type read struct {
+		entries []Entry
+		err     error
+	}
+	tailed := make(chan read, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		defer cancel()
+		es, err := drain(ctx, tail)
+		tailed <- read{es, err}
+	}()
+
+	ns.Shutdown()
+	ns.WaitForShutdown()
+	results := make(chan []result, 1)
+	go func() { results <- appendAll(t, w, events[50:]) }() // queued while the server is down
+	time.Sleep(500 * time.Millisecond)
+	startServer(t, server.Options{Port: port, StoreDir: dir})
+
+	for i, r := range <-results {
+		if r.err != nil {
+			t.Fatalf("Append %d across restart: %v", 50+i, r.err)
+		}
+		offs = append(offs, r.offset)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	rd := <-tailed
+	if rd.err != nil {
+		t.Fatalf("tail across restart: %v after %d", rd.err, len(rd.entries))
+	}
+	checkEntries(t, "tail across restart", rd.entries, events, offs)
+	r, err := s.Read(ctx, "alice", "durable", offs[10])
+	if err != nil {
+		t.Fatalf("Read with an offset minted before the restart: %v", err)
+	}
+	checkEntries(t, "resume after restart", readAll(t, r), events[11:], offs[11:])
+}
+
+// TestEmbeddedReopen runs the embedded default twice on one data directory.
+func TestEmbeddedReopen(t *testing.T) {
+	cfg := testConfig(t)
+	ctx := context.Background()
+	s, err := Open(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.Create(ctx, "alice", "e", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := [][]byte{event("e", 0), event("e", 1)}
+	offs := mustAppend(t, w, events)
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	s.Close()
+	if err := s.Ready(ctx); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Ready after Close = %v", err)
+	}
+	s = openStore(t, cfg)
+	r, err := s.Read(ctx, "alice", "e", offs[0])
+	if err != nil {
+		t.Fatalf("Read after reopen: %v", err)
+	}
+	checkEntries(t, "after reopen", readAll(t, r), events[1:], offs[1:])
+}
+
+// TestPublishRetry replays what a retry meets: a repeated message id within the dedup window
+// is acknowledged with the first sequence and stored once; a retry refused for a wrong last
+// sequence recognises its own earlier message, and only its own.
+func TestPublishRetry(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	subject := s.cfg.SubjectPrefix + ".retry"
+	first, err := s.publishAfter(ctx, subject, 1, 0, "id-1", []byte("a"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The server checks the expected last sequence before its duplicate window: a repeated
+	// publish is refused as a wrong last sequence (or, were the order reversed, acknowledged
+	// as a duplicate of the first); either way it is not stored twice, and storedLast, which
+	// publishAfter consults when a retry is refused, finds the first store.
+	again, err := s.publishAfter(ctx, subject, 1, 0, "id-1", []byte("a"), "")
+	if !(err == nil && again == first) && !errors.Is(err, ErrFenced) {
+		t.Fatalf("repeat of id-1 = %d, %v; want %d or ErrFenced", again, err, first)
+	}
+	if seq, ok := s.storedLast(ctx, subject, "id-1"); !ok || seq != first {
+		t.Fatalf("storedLast(id-1) = %d, %v; want %d, true", seq, ok, first)
+	}
+	if _, err := s.publishAfter(ctx, subject, 1, 0, "id-2", []byte("b"), ""); !errors.Is(err, ErrFenced) {
+		t.Fatalf("publish expecting an empty subject = %v, want ErrFenced", err)
+	}
+	second, err := s.publishAfter(ctx, subject, 1, first, "id-2", []byte("b"), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.storedLast(ctx, subject, "id-1"); ok {
+		t.Fatal("storedLast(id-1) after id-2 = true, want false")
+	}
+	info, err := s.stream.Info(ctx)
+	if err != nil || info.State.Msgs != 2 || second != first+1 {
+		t.Fatalf("stream holds %d messages (seqs %d, %d), want 2 consecutive", info.State.Msgs, first, second)
+	}
+}

@@ -1,0 +1,492 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	nats "github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// RunState is the state of a run's log.
+type RunState string
+
+// Run states.
+const (
+	RunOpen   RunState = "open"
+	RunClosed RunState = "closed"
+)
+
+// RunInfo is a run's metadata, kept in the metadata bucket under the run's key.
+type RunInfo struct {
+	Principal  string    `json:"principal"`
+	RunID      string    `json:"runId"`
+	ThreadID   string    `json:"threadId"`
+	Owner      string    `json:"owner"`
+	State      RunState  `json:"state"`
+	Generation uint64    `json:"generation"`
+	Created    time.Time `json:"created"`
+	Closed     time.Time `json:"closed,omitzero"`
+	// Reaped says the reaper closed the log after the producer's lease expired.
+	Reaped bool `json:"reaped,omitempty"`
+}
+
+// lease is the value of a run's key in the lease bucket while its log is open.
+type lease struct {
+	Owner   string `json:"owner"`
+	Expires int64  `json:"expires"` // Unix milliseconds
+}
+
+// Writer appends to one run's log. Append and Lost are safe for concurrent use; Close is
+// idempotent.
+type Writer struct {
+	s        *Store
+	info     RunInfo
+	key      string // metadata and lease key
+	subject  string
+	tag      string
+	msgIDPre string
+
+	lost     chan struct{}
+	lostOnce sync.Once
+	done     chan struct{} // closed when loop returns
+	wake     chan struct{}
+
+	noRenew atomic.Bool // tests simulate a crashed producer
+
+	mu       sync.Mutex
+	queue    []pending
+	closing  bool
+	err      error  // sticky: every later append fails with it
+	leaseRev uint64 // revision of our lease entry
+	released bool   // Close or abandon gave the lease up: stop renewing
+	closeErr error
+	closed   bool
+
+	// Owned by loop until done is closed, then by Close.
+	lastSeq uint64
+	batches uint64
+}
+
+type pending struct {
+	event  []byte
+	stored func(offset string, err error)
+	at     time.Time
+}
+
+// Create starts a log for (principal, runID) and returns its writer, which holds the run's
+// lease until Close. If the run exists for another principal: ErrForbidden. If it exists
+// for the same principal (a resubmit), the log starts a new generation: the old events are
+// no longer served, offsets of the old generation are refused as stale, and a writer still
+// producing the old generation is fenced out.
+func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (*Writer, error) {
+	if s.isClosed() {
+		return nil, ErrClosed
+	}
+	key := runKey(runID)
+	info := RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Owner: s.cfg.Owner, State: RunOpen}
+	var leaseRev uint64
+	for attempt := 0; ; attempt++ {
+		if attempt == 10 {
+			return nil, fmt.Errorf("create: concurrent creates of one run")
+		}
+		e, err := s.meta.Get(ctx, key)
+		var old RunInfo
+		switch {
+		case errors.Is(err, natsjs.ErrKeyNotFound):
+		case err != nil:
+			return nil, fmt.Errorf("create: %w", err)
+		default:
+			if err := json.Unmarshal(e.Value(), &old); err != nil {
+				return nil, fmt.Errorf("create: metadata: %w", err)
+			}
+			if old.Principal != principal {
+				return nil, ErrForbidden
+			}
+		}
+		// The lease is taken before the metadata names the new generation: a reaper that
+		// claimed the old, expired lease sees the change and backs off.
+		leaseRev, err = s.leases.Put(ctx, key, mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli()}))
+		if err != nil {
+			return nil, fmt.Errorf("create: lease: %w", err)
+		}
+		info.Created = time.Now().UTC()
+		info.Generation = old.Generation + 1
+		if e == nil {
+			_, err = s.meta.Create(ctx, key, mustJSON(info))
+		} else {
+			_, err = s.meta.Update(ctx, key, mustJSON(info), e.Revision())
+		}
+		if isWrongLastSeq(err) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("create: %w", err)
+		}
+		break
+	}
+	subject, tag := s.subject(principal, runID)
+	// The purge drops an older generation's events (and strays left by metadata that aged
+	// out first). The open record then expects an empty subject, and every later publish
+	// the previous one's sequence: writers of older generations are fenced out.
+	if err := s.stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
+		return nil, fmt.Errorf("create: purge: %w", err)
+	}
+	w := &Writer{
+		s:        s,
+		info:     info,
+		key:      key,
+		subject:  subject,
+		tag:      tag,
+		msgIDPre: fmt.Sprintf("%s.%d.", key, info.Generation),
+		lost:     make(chan struct{}),
+		done:     make(chan struct{}),
+		wake:     make(chan struct{}, 1),
+		leaseRev: leaseRev,
+	}
+	if _, err := w.publish(ctx, nil, ctlOpen); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, ErrClosed
+	}
+	s.writers[w] = struct{}{}
+	s.mu.Unlock()
+	go w.loop()
+	return w, nil
+}
+
+// Info returns the run's metadata as of Create.
+func (w *Writer) Info() RunInfo { return w.info }
+
+// Append queues one encoded event. It does not wait for the store: stored is called once the
+// event is durably stored (with its offset) or failed, exactly once per event, in append
+// order, from the writer's goroutine (or, after Close, from the caller's). After a failure
+// every later append fails too.
+func (w *Writer) Append(event []byte, stored func(offset string, err error)) {
+	w.mu.Lock()
+	if w.closing {
+		err := w.err
+		w.mu.Unlock()
+		if err == nil {
+			err = ErrClosed
+		}
+		stored("", fmt.Errorf("append: %w", err))
+		return
+	}
+	w.queue = append(w.queue, pending{event: event, stored: stored, at: time.Now()})
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+}
+
+// Lost is closed when the writer lost its lease or was fenced out (the reaper closed the log,
+// or the run was resubmitted).
+func (w *Writer) Lost() <-chan struct{} { return w.lost }
+
+// Err returns the error that failed the writer, or nil.
+func (w *Writer) Err() error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.err
+}
+
+func (w *Writer) fail(err error) {
+	w.mu.Lock()
+	if w.err == nil {
+		w.err = err
+	}
+	w.mu.Unlock()
+	if errors.Is(err, ErrFenced) || errors.Is(err, ErrLeaseLost) {
+		w.lostOnce.Do(func() { close(w.lost) })
+	}
+}
+
+// loop is the writer's goroutine: one publish in flight, carrying everything queued while
+// the previous one was in flight. It returns when the writer is closing and the queue is empty.
+func (w *Writer) loop() {
+	defer close(w.done)
+	var events [][]byte
+	var body []byte
+	for {
+		w.mu.Lock()
+		n, size := 0, 0
+		for n < len(w.queue) && n < maxBatchEvents {
+			next := size + len(w.queue[n].event) + binary.MaxVarintLen64
+			if n > 0 && next > w.s.cfg.MaxBatchBytes {
+				break
+			}
+			size = next
+			n++
+		}
+		batch := w.queue[:n:n]
+		w.queue = w.queue[n:]
+		if len(w.queue) == 0 {
+			w.queue = nil // let the drained array go with the batch
+		}
+		closing, failed := w.closing, w.err
+		w.mu.Unlock()
+		if n == 0 {
+			if closing {
+				return
+			}
+			<-w.wake
+			continue
+		}
+		if failed == nil && size > w.s.cfg.MaxBatchBytes {
+			failed = ErrEventTooLarge
+			w.fail(failed)
+		}
+		if failed != nil {
+			for _, p := range batch {
+				p.stored("", fmt.Errorf("append: %w", failed))
+			}
+			continue
+		}
+		events = events[:0]
+		for _, p := range batch {
+			events = append(events, p.event)
+		}
+		body = encodeBatch(body[:0], events)
+		seq, err := w.publish(w.s.ctx, body, "")
+		if err != nil {
+			w.fail(err)
+			for _, p := range batch {
+				p.stored("", fmt.Errorf("append: %w", err))
+			}
+			continue
+		}
+		acked := time.Now()
+		if f := w.s.cfg.Metrics.BatchStored; f != nil {
+			f(n, acked.Sub(batch[0].at))
+		}
+		for i, p := range batch {
+			p.stored(position{gen: w.info.Generation, seq: seq, idx: i, tag: w.tag}.String(), nil)
+		}
+	}
+}
+
+// publish stores one message after w.lastSeq, retrying with the same message id until the
+// dedup window would no longer catch a duplicate.
+func (w *Writer) publish(ctx context.Context, body []byte, ctl string) (uint64, error) {
+	w.batches++
+	id := w.msgIDPre + strconv.FormatUint(w.batches, 10)
+	seq, err := w.s.publishAfter(ctx, w.subject, w.info.Generation, w.lastSeq, id, body, ctl)
+	if err != nil {
+		return 0, err
+	}
+	w.lastSeq = seq
+	return seq, nil
+}
+
+// publishAfter publishes body (or the control record ctl) to subject, expecting after as the
+// subject's last sequence, and returns the stored sequence. ErrFenced means another writer
+// stored after `after`.
+func (s *Store) publishAfter(ctx context.Context, subject string, gen, after uint64, id string, body []byte, ctl string) (uint64, error) {
+	msg := nats.NewMsg(subject)
+	msg.Header.Set(hdrGen, strconv.FormatUint(gen, 10))
+	if ctl != "" {
+		msg.Header.Set(hdrCtl, ctl)
+	}
+	msg.Data = body
+	deadline := time.Now().Add(s.cfg.DedupWindow - s.cfg.PublishTimeout)
+	backoff := 50 * time.Millisecond
+	for attempt := 0; ; attempt++ {
+		actx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+		ack, err := s.js.PublishMsg(actx, msg, natsjs.WithMsgID(id),
+			natsjs.WithExpectLastSequencePerSubject(after), natsjs.WithRetryAttempts(0))
+		cancel()
+		if err == nil {
+			return ack.Sequence, nil
+		}
+		if isWrongLastSeq(err) {
+			if attempt > 0 {
+				// An earlier attempt may have been stored without us seeing the ack.
+				if seq, ok := s.storedLast(ctx, subject, id); ok {
+					return seq, nil
+				}
+			}
+			return 0, ErrFenced
+		}
+		if ctx.Err() != nil {
+			return 0, ErrClosed
+		}
+		if !retryable(err) || time.Now().After(deadline) {
+			return 0, fmt.Errorf("publish %s: %w", subject, err)
+		}
+		if err := s.sleep(ctx, backoff); err != nil {
+			return 0, ErrClosed
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// storedLast reports whether the last message of subject carries the message id, and its
+// sequence: how a retry refused for a wrong last sequence learns that its first attempt was
+// stored after all.
+func (s *Store) storedLast(ctx context.Context, subject, id string) (uint64, bool) {
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+	defer cancel()
+	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil || last.Header.Get(natsjs.MsgIDHeader) != id {
+		return 0, false
+	}
+	return last.Sequence, true
+}
+
+// retryable reports whether a publish error may be transient: a timeout, a lost connection,
+// no responder or an unavailable stream (a leader election), not a refusal.
+func retryable(err error) bool {
+	var apiErr *natsjs.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.Code >= 500
+	}
+	return !errors.Is(err, nats.ErrMaxPayload) && !errors.Is(err, nats.ErrBadSubject) &&
+		!errors.Is(err, nats.ErrInvalidMsg)
+}
+
+// Close waits for pending appends, writes the close control record, marks the run closed
+// and releases the lease. It is idempotent; after a failure it returns that failure and
+// writes nothing: the lease is no longer renewed, so a reaper ends the log with
+// producer_lost (unless the writer was fenced, and the log is already someone else's). If
+// ctx ends first, the pending appends still drain in the background and the log is left
+// open, for the reaper too.
+func (w *Writer) Close(ctx context.Context) error {
+	w.mu.Lock()
+	if w.closed {
+		err := w.closeErr
+		w.mu.Unlock()
+		return err
+	}
+	w.closed = true
+	w.closing = true
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	err := w.finish(ctx)
+	w.mu.Lock()
+	w.closeErr = err
+	w.mu.Unlock()
+	return err
+}
+
+func (w *Writer) finish(ctx context.Context) error {
+	select {
+	case <-w.done:
+	case <-ctx.Done():
+		// The loop keeps draining in the background; the store's Close stops it.
+		return fmt.Errorf("close %s: %w", w.info.RunID, ctx.Err())
+	}
+	defer w.s.forget(w)
+	if err := w.Err(); err != nil {
+		return fmt.Errorf("close %s: %w", w.info.RunID, err)
+	}
+	if _, err := w.publish(ctx, nil, ctlClose); err != nil {
+		w.fail(err)
+		return fmt.Errorf("close %s: %w", w.info.RunID, err)
+	}
+	info := w.info
+	info.State, info.Closed = RunClosed, time.Now().UTC()
+	w.mu.Lock()
+	w.released = true
+	rev := w.leaseRev
+	w.mu.Unlock()
+	if err := w.s.closeRun(ctx, w.key, info, rev); err != nil {
+		return fmt.Errorf("close %s: %w", w.info.RunID, err)
+	}
+	return nil
+}
+
+// closeRun records a closed log: the metadata (unless a newer generation replaced it) and
+// the removal of the lease held at revision leaseRev.
+func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, leaseRev uint64) error {
+	e, err := s.meta.Get(ctx, key)
+	if err == nil {
+		var cur RunInfo
+		if json.Unmarshal(e.Value(), &cur) == nil && cur.Generation == info.Generation {
+			if _, err := s.meta.Update(ctx, key, mustJSON(info), e.Revision()); err != nil && !isWrongLastSeq(err) {
+				return fmt.Errorf("metadata: %w", err)
+			}
+		}
+	} else if !errors.Is(err, natsjs.ErrKeyNotFound) {
+		return fmt.Errorf("metadata: %w", err)
+	}
+	if err := s.leases.Delete(ctx, key, natsjs.LastRevision(leaseRev)); err != nil && !isWrongLastSeq(err) &&
+		!errors.Is(err, natsjs.ErrKeyNotFound) {
+		return fmt.Errorf("lease: %w", err)
+	}
+	return nil
+}
+
+// abandon stops a writer whose store is closing: pending appends fail with ErrClosed and the
+// lease is released (marked expired) so that a reaper closes the log.
+func (w *Writer) abandon(ctx context.Context) {
+	w.fail(ErrClosed)
+	w.mu.Lock()
+	w.closing = true
+	w.released = true
+	rev := w.leaseRev
+	w.mu.Unlock()
+	select {
+	case w.wake <- struct{}{}:
+	default:
+	}
+	<-w.done
+	w.s.leases.Update(ctx, w.key, mustJSON(lease{Owner: w.s.cfg.Owner}), rev)
+}
+
+func (s *Store) forget(w *Writer) {
+	s.mu.Lock()
+	delete(s.writers, w)
+	s.mu.Unlock()
+}
+
+// renew extends the writer's lease. A lease changed by someone else (the reaper, a resubmit)
+// loses the writer; a transient failure is retried at the next tick.
+func (w *Writer) renew(ctx context.Context) {
+	if w.noRenew.Load() {
+		return
+	}
+	w.mu.Lock()
+	rev, released := w.leaseRev, w.released
+	w.mu.Unlock()
+	if released {
+		return
+	}
+	val := mustJSON(lease{Owner: w.s.cfg.Owner, Expires: time.Now().Add(w.s.cfg.LeaseTTL).UnixMilli()})
+	rev, err := w.s.leases.Update(ctx, w.key, val, rev)
+	w.mu.Lock()
+	released = w.released
+	if err == nil && !released {
+		w.leaseRev = rev
+	}
+	w.mu.Unlock()
+	switch {
+	case err == nil || released: // Close may have released the lease meanwhile
+	case isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound):
+		w.fail(ErrLeaseLost)
+	default:
+		w.s.log.Warn("jetstream: lease renewal failed", keyRun, w.info.RunID, keyErr, err)
+	}
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
