@@ -1,0 +1,288 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/wsgateway/wsgateway/heartbeat"
+	"github.com/wsgateway/wsgateway/metrics"
+	"github.com/wsgateway/wsgateway/protocol"
+)
+
+// Close codes of the gateway besides the standard ones.
+const (
+	// StatusUnknownRun closes a resume socket whose run does not exist for the principal.
+	StatusUnknownRun websocket.StatusCode = 4404
+	// StatusSlowConsumer closes a socket whose outbound queue overflowed (1013, "try again
+	// later": the client resumes from the log).
+	StatusSlowConsumer = websocket.StatusTryAgainLater
+)
+
+// errSocketClosed is returned to a producer waiting for room on a closed socket.
+var errSocketClosed = errors.New("conversation: socket closed")
+
+// frame is one queued outbound text frame.
+type frame struct {
+	data    []byte
+	emitted time.Time // zero for frames that are not events (pings, bare errors)
+}
+
+// conn is one socket. The handler goroutine reads; the writer goroutine, started on demand,
+// writes the queue and performs the close.
+type conn struct {
+	srv       *Server
+	ws        *websocket.Conn
+	log       *slog.Logger
+	kind      metrics.SocketKind
+	principal string
+	hb        *heartbeat.Entry
+
+	mu      sync.Mutex
+	queue   []frame
+	queued  int  // bytes in queue
+	writing bool // the writer goroutine runs
+	pinging bool // a protocol ping waits for its pong
+	// closing: a close was requested, no frame is accepted any more. The writer performs it
+	// once the queue is written (flush) or at once.
+	closing     bool
+	flush       bool
+	abrupt      bool // close without handshake
+	closeCode   websocket.StatusCode
+	closeReason string
+	gone        bool          // the handler is returning: no goroutine may start
+	room        chan struct{} // closed when the writer takes frames, for a waiting producer
+	wg          sync.WaitGroup
+
+	// Conversation sockets only, guarded by mu.
+	slots map[string]*slot
+	early earlyAborts
+}
+
+func newConn(s *Server, ws *websocket.Conn, kind metrics.SocketKind, principal string, log *slog.Logger) *conn {
+	c := &conn{srv: s, ws: ws, kind: kind, principal: principal, log: log}
+	c.hb = s.wheel.Add(c)
+	return c
+}
+
+// Deliver queues a turn's frame without blocking (turn.Sink). A frame that does not fit
+// closes the socket 1013 "slow consumer"; the turn is unaffected.
+func (c *conn) Deliver(data []byte, emitted time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	if !c.roomLocked(len(data)) {
+		c.srv.cfg.Metrics.FrameDropped(metrics.DropSlowConsumer)
+		c.log.Info("slow consumer", slog.Int(keyQueued, len(c.queue)), slog.Int(keyBytes, c.queued))
+		c.requestCloseLocked(StatusSlowConsumer, "slow consumer", false)
+		return
+	}
+	c.pushLocked(frame{data: data, emitted: emitted})
+}
+
+// roomLocked reports whether a frame of n bytes fits in the queue. An empty queue takes any
+// frame, so a frame larger than the byte budget still goes out.
+func (c *conn) roomLocked(n int) bool {
+	if len(c.queue) == 0 {
+		return true
+	}
+	return len(c.queue) < c.srv.cfg.QueueSize && c.queued+n <= c.srv.cfg.QueueBytes
+}
+
+func (c *conn) pushLocked(f frame) {
+	c.queue = append(c.queue, f)
+	c.queued += len(f.data)
+	c.startWriterLocked()
+}
+
+// send queues a frame, waiting for room while the queue is full (resume sockets).
+func (c *conn) send(ctx context.Context, data []byte) error {
+	for {
+		c.mu.Lock()
+		if c.closing {
+			c.mu.Unlock()
+			return errSocketClosed
+		}
+		if c.roomLocked(len(data)) {
+			c.pushLocked(frame{data: data})
+			c.mu.Unlock()
+			return nil
+		}
+		if c.room == nil {
+			c.room = make(chan struct{})
+		}
+		room := c.room
+		c.mu.Unlock()
+		select {
+		case <-room:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// Ping sends the heartbeat frame and a protocol ping (heartbeat.Peer). A full queue drops the
+// heartbeat frame; the protocol ping still goes out.
+func (c *conn) Ping() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closing {
+		return
+	}
+	if c.roomLocked(len(protocol.PingFrame)) {
+		c.pushLocked(frame{data: protocol.PingFrame})
+	} else {
+		c.srv.cfg.Metrics.FrameDropped(metrics.DropPingQueue)
+	}
+	if !c.pinging {
+		c.pinging = true
+		c.wg.Add(1)
+		go c.protocolPing()
+	}
+}
+
+// protocolPing waits for the pong of one protocol ping; the heartbeat wheel decides when an
+// unanswered ping means a dead peer.
+func (c *conn) protocolPing() {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(context.Background(), c.srv.cfg.Heartbeat.PongTimeout)
+	defer cancel()
+	err := c.ws.Ping(ctx)
+	c.mu.Lock()
+	c.pinging = false
+	c.mu.Unlock()
+	if err == nil {
+		c.hb.Pong()
+	}
+}
+
+// Expire closes the socket for the heartbeat (heartbeat.Peer).
+func (c *conn) Expire(r heartbeat.Reason) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.log.Debug("heartbeat close", slog.String(keyReason, r.String()))
+	if r == heartbeat.Dead {
+		c.abrupt = true
+		c.requestCloseLocked(websocket.StatusGoingAway, "no pong", false)
+		return
+	}
+	c.requestCloseLocked(websocket.StatusNormalClosure, "idle", false)
+}
+
+// requestClose asks the writer to close the socket with code and reason; with flush, after
+// the queued frames. The first request wins.
+func (c *conn) requestClose(code websocket.StatusCode, reason string, flush bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.requestCloseLocked(code, reason, flush)
+}
+
+func (c *conn) requestCloseLocked(code websocket.StatusCode, reason string, flush bool) {
+	if c.closing {
+		return
+	}
+	c.closing = true
+	c.closeCode, c.closeReason, c.flush = code, reason, flush
+	if !flush {
+		c.queue, c.queued = nil, 0
+	}
+	if c.room != nil {
+		close(c.room)
+		c.room = nil
+	}
+	c.startWriterLocked()
+}
+
+func (c *conn) startWriterLocked() {
+	if c.writing || c.gone {
+		return
+	}
+	c.writing = true
+	c.wg.Add(1)
+	go c.writeLoop()
+}
+
+// writeLoop writes queued frames until the queue is empty, then performs a requested close,
+// and returns. It is the only goroutine that writes data frames or closes the socket.
+func (c *conn) writeLoop() {
+	defer c.wg.Done()
+	for {
+		c.mu.Lock()
+		if len(c.queue) == 0 {
+			c.writing = false
+			if !c.closing {
+				c.mu.Unlock()
+				return
+			}
+			code, reason, abrupt := c.closeCode, c.closeReason, c.abrupt
+			c.gone = true // nothing more to write, and no writer to start
+			c.mu.Unlock()
+			c.close(code, reason, abrupt)
+			return
+		}
+		batch := c.queue
+		c.queue, c.queued = nil, 0
+		if c.room != nil {
+			close(c.room)
+			c.room = nil
+		}
+		c.mu.Unlock()
+		for _, f := range batch {
+			c.mu.Lock()
+			drop := c.closing && !c.flush
+			c.mu.Unlock()
+			if drop {
+				break
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), c.srv.cfg.WriteTimeout)
+			err := c.ws.Write(ctx, websocket.MessageText, f.data)
+			cancel()
+			if err != nil {
+				c.mu.Lock()
+				c.closing, c.queue, c.queued, c.writing, c.gone = true, nil, 0, false, true
+				c.mu.Unlock()
+				c.ws.CloseNow()
+				return
+			}
+			if !f.emitted.IsZero() {
+				c.srv.cfg.Metrics.Delivered(time.Since(f.emitted))
+			}
+		}
+	}
+}
+
+func (c *conn) close(code websocket.StatusCode, reason string, abrupt bool) {
+	if abrupt {
+		c.ws.CloseNow()
+		return
+	}
+	err := c.ws.Close(code, reason)
+	if err != nil && websocket.CloseStatus(err) == -1 {
+		c.log.Debug("close handshake", slog.Int(keyCode, int(code)), slog.String(keyError, err.Error()))
+	}
+}
+
+// finish ends the socket after its reader stopped: it closes the connection if nothing did,
+// stops the heartbeat and waits for the socket's goroutines.
+func (c *conn) finish() {
+	c.mu.Lock()
+	if !c.closing {
+		c.closing, c.abrupt = true, true
+	}
+	c.gone = true
+	c.queue, c.queued = nil, 0
+	if c.room != nil {
+		close(c.room)
+		c.room = nil
+	}
+	c.mu.Unlock()
+	c.hb.Remove()
+	c.ws.CloseNow()
+	c.wg.Wait()
+}

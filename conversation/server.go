@@ -1,0 +1,313 @@
+package conversation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/wsgateway/wsgateway/heartbeat"
+	"github.com/wsgateway/wsgateway/metrics"
+	"github.com/wsgateway/wsgateway/turn"
+)
+
+// Store is the run log store, as seen by sockets. Implementations wrap their errors so that
+// errors.Is matches ErrForbidden, ErrUnknownRun and ErrInvalidOffset.
+type Store interface {
+	// Create starts (or, for the same principal, restarts) the log of runID.
+	Create(ctx context.Context, principal, runID, threadID string) (turn.Log, error)
+	// Read opens runID's log strictly after the offset after (a minted offset, "-1" or
+	// "now").
+	Read(ctx context.Context, principal, runID, after string) (Reader, error)
+}
+
+// Reader reads one run's log in order.
+type Reader interface {
+	// Next returns the next event and its offset; io.EOF once the log is closed.
+	Next(ctx context.Context) (offset string, event []byte, err error)
+	// Close releases the reader; it may be called while Next blocks.
+	Close() error
+}
+
+// Errors a Store reports (wrapped).
+var (
+	ErrForbidden     = errors.New("conversation: run belongs to another principal")
+	ErrUnknownRun    = errors.New("conversation: unknown or expired run")
+	ErrInvalidOffset = errors.New("conversation: invalid offset")
+)
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("conversation: invalid config")
+
+// Defaults of Config's zero fields.
+const (
+	DefaultQueueSize     = 16384
+	DefaultQueueBytes    = 4 << 20
+	DefaultReadLimit     = 1 << 20
+	DefaultWriteTimeout  = 10 * time.Second
+	DefaultEarlyAborts   = 64
+	DefaultEarlyAbortTTL = 30 * time.Second
+	DefaultResubmitWait  = 10 * time.Second
+	DefaultPrincipal     = "anonymous"
+	maxRunIDLen          = 512
+)
+
+// Config configures a Server. Store and Agent are required; zero fields mean the documented
+// defaults.
+type Config struct {
+	Store Store
+	Agent turn.Agent
+	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
+	// every request is DefaultPrincipal.
+	Principal func(r *http.Request) (string, error)
+	// Heartbeat configures pings, the pong timeout and the idle timeout (package defaults).
+	Heartbeat heartbeat.Config
+	// QueueSize and QueueBytes cap a socket's outbound queue, in frames and bytes (defaults
+	// 16384 and 4 MiB). The log acknowledges a hot turn's events in batches (group commit),
+	// so a reading client must absorb a whole batch at once: the caps are sized for that,
+	// not for a steady backlog.
+	QueueSize  int
+	QueueBytes int
+	// ReadLimit caps an inbound message, in bytes (default 1 MiB); a larger one closes the
+	// socket 1009.
+	ReadLimit int64
+	// WriteTimeout bounds one frame write (default 10s); a write that times out closes the
+	// socket.
+	WriteTimeout time.Duration
+	// EarlyAborts and EarlyAbortTTL cap the per-socket set of aborts that arrived before
+	// their run frame (defaults 64 and 30s).
+	EarlyAborts   int
+	EarlyAbortTTL time.Duration
+	// ResubmitWait bounds the wait for an aborted turn to end before its runId starts again
+	// (default 10s).
+	ResubmitWait time.Duration
+	// TurnCloseTimeout bounds a turn's final flush and close (turn.DefaultCloseTimeout).
+	TurnCloseTimeout time.Duration
+	// AbortOnDisconnect aborts a conversation socket's turns when the socket closes, as
+	// @tanstack/ai's own server does. By default turns outlive their socket (PROTOCOL.md
+	// section 2, step 7).
+	AbortOnDisconnect bool
+	// OriginPatterns lists the browser origins allowed besides the request's own host
+	// (websocket.AcceptOptions.OriginPatterns).
+	OriginPatterns []string
+	Logger         *slog.Logger     // default: discard
+	Metrics        *metrics.Metrics // default: none
+}
+
+// Server serves GET /ws. It is safe for concurrent use.
+type Server struct {
+	cfg    Config
+	log    *slog.Logger
+	wheel  *heartbeat.Wheel
+	accept websocket.AcceptOptions
+
+	// ctx is cancelled when Shutdown gives up waiting: it bounds log creation and resubmits.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu       sync.Mutex
+	closing  bool
+	conns    map[*conn]struct{}
+	turns    map[*turn.Turn]struct{}
+	connWG   sync.WaitGroup // socket handlers
+	startWG  sync.WaitGroup // run frames being started
+	turnWG   sync.WaitGroup // running turns
+	shutOnce sync.Once
+	shutDone chan struct{}
+}
+
+// New validates cfg and returns a Server. Shutdown releases it.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil || cfg.Agent == nil {
+		return nil, fmt.Errorf("%w: Store and Agent are required", ErrConfig)
+	}
+	if cfg.QueueSize < 0 || cfg.QueueBytes < 0 || cfg.ReadLimit < 0 || cfg.WriteTimeout < 0 || cfg.EarlyAborts < 0 ||
+		cfg.EarlyAbortTTL < 0 || cfg.ResubmitWait < 0 || cfg.TurnCloseTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative limit", ErrConfig)
+	}
+	if cfg.Principal == nil {
+		cfg.Principal = func(*http.Request) (string, error) { return DefaultPrincipal, nil }
+	}
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	if cfg.QueueBytes == 0 {
+		cfg.QueueBytes = DefaultQueueBytes
+	}
+	if cfg.ReadLimit == 0 {
+		cfg.ReadLimit = DefaultReadLimit
+	}
+	if cfg.WriteTimeout == 0 {
+		cfg.WriteTimeout = DefaultWriteTimeout
+	}
+	if cfg.EarlyAborts == 0 {
+		cfg.EarlyAborts = DefaultEarlyAborts
+	}
+	if cfg.EarlyAbortTTL == 0 {
+		cfg.EarlyAbortTTL = DefaultEarlyAbortTTL
+	}
+	if cfg.ResubmitWait == 0 {
+		cfg.ResubmitWait = DefaultResubmitWait
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	wheel, err := heartbeat.New(cfg.Heartbeat)
+	if err != nil {
+		return nil, fmt.Errorf("conversation: %w", err)
+	}
+	cfg.Heartbeat = wheel.Config()
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{
+		cfg:      cfg,
+		log:      cfg.Logger,
+		wheel:    wheel,
+		accept:   websocket.AcceptOptions{OriginPatterns: cfg.OriginPatterns},
+		ctx:      ctx,
+		cancel:   cancel,
+		conns:    make(map[*conn]struct{}),
+		turns:    make(map[*turn.Turn]struct{}),
+		shutDone: make(chan struct{}),
+	}, nil
+}
+
+// Attribute keys of log lines.
+const (
+	keyKind   = "kind"
+	keyRunID  = "runId"
+	keyRemote = "remote"
+	keyError  = "error"
+	keyCode   = "code"
+	keyReason = "reason"
+	keyQueued = "queued"
+	keyBytes  = "bytes"
+)
+
+// ServeHTTP upgrades the request to a WebSocket: a conversation socket without an offset
+// query parameter, a resume socket with one. It returns once the socket is handed to its
+// reader goroutine, which the Server owns (Shutdown closes the socket and waits for it). It
+// refuses with 503 once Shutdown has begun, and with 401 when Config.Principal fails.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	principal, err := s.cfg.Principal(r)
+	if err != nil {
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	q := r.URL.Query()
+	kind := metrics.SocketConversation
+	if q.Has("offset") {
+		kind = metrics.SocketResume
+	}
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		http.Error(w, "service restart", http.StatusServiceUnavailable)
+		return
+	}
+	s.connWG.Add(1)
+	s.mu.Unlock()
+
+	ws, err := websocket.Accept(smallBuffers{w}, r, &s.accept)
+	if err != nil {
+		s.connWG.Done()
+		return // Accept answered the request
+	}
+	c := newConn(s, ws, kind, principal, s.log.With(slog.String(keyKind, string(kind)), slog.String(keyRemote, r.RemoteAddr)))
+	s.mu.Lock()
+	closing := s.closing
+	if !closing {
+		s.conns[c] = struct{}{}
+	}
+	s.mu.Unlock()
+	if closing {
+		c.requestClose(websocket.StatusServiceRestart, "service restart", false)
+	}
+	// The socket's reader is a goroutine of its own, so that net/http's goroutine returns and
+	// frees its grown stack, the request and the response buffers of the handshake.
+	go s.serve(c, q.Get("runId"), q.Get("offset"))
+}
+
+// serve runs a socket's reader until the socket closes. Shutdown waits for it.
+func (s *Server) serve(c *conn, runID, offset string) {
+	defer s.connWG.Done()
+	s.cfg.Metrics.SocketOpened(c.kind)
+	defer s.cfg.Metrics.SocketClosed(c.kind)
+	if c.kind == metrics.SocketResume {
+		c.serveResume(runID, offset)
+	} else {
+		c.serveConversation()
+	}
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.mu.Unlock()
+}
+
+// Shutdown closes every socket 1012 "service restart" and refuses new ones, waits for running
+// turns to finish into their logs until ctx is done, then stops the rest (RUN_ERROR code
+// shutdown) and waits for them to close their logs. It returns once every socket handler and
+// turn has returned, with ctx's error if turns had to be stopped. It is idempotent; later
+// calls wait for the first.
+func (s *Server) Shutdown(ctx context.Context) error {
+	var err error
+	s.shutOnce.Do(func() {
+		defer close(s.shutDone)
+		s.mu.Lock()
+		s.closing = true
+		conns := make([]*conn, 0, len(s.conns))
+		for c := range s.conns {
+			conns = append(conns, c)
+		}
+		s.mu.Unlock()
+		for _, c := range conns {
+			c.requestClose(websocket.StatusServiceRestart, "service restart", false)
+		}
+		if !waitCtx(ctx, &s.startWG) || !waitCtx(ctx, &s.turnWG) {
+			err = ctx.Err()
+			s.cancel()
+			s.startWG.Wait()
+			s.mu.Lock()
+			for t := range s.turns {
+				t.Shutdown()
+			}
+			s.mu.Unlock()
+			s.turnWG.Wait()
+		}
+		s.connWG.Wait()
+		s.cancel()
+		s.wheel.Close()
+	})
+	<-s.shutDone
+	return err
+}
+
+// waitCtx waits for wg or ctx and reports whether wg finished. The goroutine it starts ends
+// when wg does; callers wait for wg afterwards in every case.
+func waitCtx(ctx context.Context, wg *sync.WaitGroup) bool {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// startTurn registers a run frame being started; it fails once Shutdown has begun.
+func (s *Server) beginStart() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.startWG.Add(1)
+	return true
+}

@@ -1,0 +1,219 @@
+// Package heartbeat drives the pings, dead-peer detection and idle timeouts of many sockets
+// from one shared ticker.
+//
+// A Wheel owns one goroutine and one ticker for every socket it watches, so an idle socket
+// costs one small Entry and no goroutine, timer or buffer of its own. Each tick the Wheel
+// visits its entries and, for each:
+//
+//   - calls Peer.Ping every Config.Interval (the peer sends its {"type":"ping"} frame and a
+//     WebSocket protocol ping, and reports the pong with Entry.Pong);
+//   - calls Peer.Expire(Dead) when a ping has gone unanswered for Config.PongTimeout;
+//   - calls Peer.Expire(Idle) when no activity (Entry.Touch) happened for Config.IdleTimeout
+//     and no turn of the socket is still producing (Entry.TurnStarted / Entry.TurnEnded). The
+//     end of a turn counts as activity, so a client gets a full idle period to read a result.
+//
+// Peer methods are called from the Wheel's goroutine and must not block. Expire is called at
+// most once per Entry. Times are read from the time package, so tests run under
+// testing/synctest.
+package heartbeat
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultInterval    = 30 * time.Second
+	DefaultPongTimeout = 10 * time.Second
+	DefaultIdleTimeout = 5 * time.Minute
+	maxTick            = time.Second
+)
+
+// ErrConfig reports an invalid Config.
+var ErrConfig = errors.New("heartbeat: invalid config")
+
+// Reason says why a Peer expired. The zero value is invalid.
+type Reason int
+
+// Reasons of Peer.Expire.
+const (
+	Idle Reason = iota + 1 // no activity and no producing turn for the idle timeout
+	Dead                   // a ping went unanswered for the pong timeout
+)
+
+func (r Reason) String() string {
+	switch r {
+	case Idle:
+		return "idle"
+	case Dead:
+		return "dead"
+	}
+	return fmt.Sprintf("Reason(%d)", int(r))
+}
+
+// Config configures a Wheel. Zero fields mean the documented defaults.
+type Config struct {
+	Interval    time.Duration // between pings; default 30s
+	PongTimeout time.Duration // to answer a ping; default 10s
+	IdleTimeout time.Duration // without activity and producing turns; default 5m
+	// Tick is the resolution of the shared ticker; default the smallest of 1s and a quarter of
+	// the three durations above.
+	Tick time.Duration
+}
+
+// Peer is the socket side of an Entry. Its methods must not block, and must not call the
+// Entry's Remove (the Wheel holds its lock while it calls them).
+type Peer interface {
+	// Ping sends the heartbeat frame and a protocol ping, reporting its pong with Entry.Pong.
+	Ping()
+	// Expire closes the socket for reason r.
+	Expire(r Reason)
+}
+
+// Wheel watches entries from one goroutine. It is safe for concurrent use.
+type Wheel struct {
+	cfg     Config
+	mu      sync.Mutex
+	entries map[*Entry]struct{}
+	stop    chan struct{}
+	done    chan struct{}
+	once    sync.Once
+}
+
+// Entry is one watched socket.
+type Entry struct {
+	w      *Wheel
+	peer   Peer
+	active atomic.Int64 // unix nanoseconds of the last activity
+	busy   atomic.Int32 // producing turns
+	pong   atomic.Bool  // the outstanding ping was answered
+	// Guarded by w.mu.
+	nextPing time.Time
+	pingAt   time.Time // zero: no ping outstanding
+	expired  bool
+}
+
+// New starts a Wheel. Close stops it.
+func New(cfg Config) (*Wheel, error) {
+	if cfg.Interval < 0 || cfg.PongTimeout < 0 || cfg.IdleTimeout < 0 || cfg.Tick < 0 {
+		return nil, fmt.Errorf("%w: negative duration", ErrConfig)
+	}
+	if cfg.Interval == 0 {
+		cfg.Interval = DefaultInterval
+	}
+	if cfg.PongTimeout == 0 {
+		cfg.PongTimeout = DefaultPongTimeout
+	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.Tick == 0 {
+		cfg.Tick = min(maxTick, cfg.Interval/4, cfg.PongTimeout/4, cfg.IdleTimeout/4)
+		if cfg.Tick <= 0 {
+			cfg.Tick = time.Millisecond
+		}
+	}
+	w := &Wheel{
+		cfg:     cfg,
+		entries: make(map[*Entry]struct{}),
+		stop:    make(chan struct{}),
+		done:    make(chan struct{}),
+	}
+	go w.run()
+	return w, nil
+}
+
+// Config returns the Wheel's configuration with defaults applied.
+func (w *Wheel) Config() Config { return w.cfg }
+
+// Close stops the Wheel and waits for its goroutine. Entries are no longer visited. It is
+// idempotent.
+func (w *Wheel) Close() {
+	w.once.Do(func() { close(w.stop) })
+	<-w.done
+}
+
+// Add watches p. The first ping is due one interval from now, and so is the idle check.
+func (w *Wheel) Add(p Peer) *Entry {
+	now := time.Now()
+	e := &Entry{w: w, peer: p, nextPing: now.Add(w.cfg.Interval)}
+	e.active.Store(now.UnixNano())
+	w.mu.Lock()
+	w.entries[e] = struct{}{}
+	w.mu.Unlock()
+	return e
+}
+
+// Remove stops watching e. It is idempotent.
+func (e *Entry) Remove() {
+	e.w.mu.Lock()
+	delete(e.w.entries, e)
+	e.w.mu.Unlock()
+}
+
+// Touch records activity (an inbound text frame): it restarts the idle period.
+func (e *Entry) Touch() { e.active.Store(time.Now().UnixNano()) }
+
+// Pong records the answer to the outstanding ping.
+func (e *Entry) Pong() { e.pong.Store(true) }
+
+// TurnStarted records a producing turn: the socket does not idle out until it ends.
+func (e *Entry) TurnStarted() { e.busy.Add(1) }
+
+// TurnEnded records the end of a turn started with TurnStarted; it counts as activity.
+func (e *Entry) TurnEnded() {
+	e.Touch()
+	e.busy.Add(-1)
+}
+
+func (w *Wheel) run() {
+	defer close(w.done)
+	t := time.NewTicker(w.cfg.Tick)
+	defer t.Stop()
+	for {
+		select {
+		case <-w.stop:
+			return
+		case now := <-t.C:
+			w.sweep(now)
+		}
+	}
+}
+
+// sweep visits every entry once. Peer calls happen under w.mu, which is why they must not
+// block; in exchange an Entry removed by Remove is never called afterwards.
+func (w *Wheel) sweep(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for e := range w.entries {
+		if e.expired {
+			continue
+		}
+		if !e.pingAt.IsZero() {
+			if e.pong.Load() {
+				e.pingAt = time.Time{}
+			} else if now.Sub(e.pingAt) >= w.cfg.PongTimeout {
+				e.expired = true
+				e.peer.Expire(Dead)
+				continue
+			}
+		}
+		if e.busy.Load() == 0 && now.Sub(time.Unix(0, e.active.Load())) >= w.cfg.IdleTimeout {
+			e.expired = true
+			e.peer.Expire(Idle)
+			continue
+		}
+		if !now.Before(e.nextPing) {
+			e.nextPing = now.Add(w.cfg.Interval)
+			if e.pingAt.IsZero() {
+				e.pingAt = now
+				e.pong.Store(false)
+			}
+			e.peer.Ping()
+		}
+	}
+}

@@ -1,0 +1,216 @@
+// Package metrics defines the gateway's Prometheus metrics.
+//
+// New registers every metric on the Registerer it is given (never on a global registry) and
+// returns a *Metrics whose methods record observations. A nil *Metrics is valid and records
+// nothing, so packages can run without metrics in tests.
+//
+// Names follow wsgateway_<subsystem>_<name>_<unit>; counters end in _total, durations are
+// _seconds histograms, and every label value comes from a closed set declared here (never an
+// id):
+//
+//	wsgateway_conversation_open_sockets{kind}              gauge     kind: SocketKind
+//	wsgateway_turn_started_total                           counter
+//	wsgateway_turn_ended_total{outcome}                    counter   outcome: Outcome
+//	wsgateway_turn_events_appended_total                   counter
+//	wsgateway_turn_append_duration_seconds                 histogram append → stored callback
+//	wsgateway_turn_delivery_duration_seconds               histogram agent emit → socket write
+//	wsgateway_conversation_resumes_total{result}           counter   result: ResumeResult
+//	wsgateway_conversation_frames_dropped_total{reason}    counter   reason: DropReason
+//	wsgateway_jetstream_runs_reaped_total                  counter
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// SocketKind is the kind label of open sockets.
+type SocketKind string
+
+// Socket kinds.
+const (
+	SocketConversation SocketKind = "conversation"
+	SocketResume       SocketKind = "resume"
+)
+
+// Outcome is the outcome label of ended turns: how the turn's log was terminated.
+type Outcome string
+
+// Turn outcomes.
+const (
+	OutcomeCompleted         Outcome = "completed"          // the agent ended with a terminal event
+	OutcomeIncomplete        Outcome = "incomplete"         // the agent ended without one
+	OutcomeAgentError        Outcome = "agent_error"        // the agent failed
+	OutcomeProtocolViolation Outcome = "protocol_violation" // the verifier refused an event
+	OutcomeAborted           Outcome = "aborted"            // an abort frame or a resubmit
+	OutcomeShutdown          Outcome = "shutdown"           // the drain timeout expired
+	OutcomeLogFailed         Outcome = "log_failed"         // the log refused an append or lost its lease
+)
+
+// ResumeResult is the result label of resume sockets.
+type ResumeResult string
+
+// Resume results, one per close of PROTOCOL.md section 3.
+const (
+	ResumeCompleted   ResumeResult = "completed"   // replayed up to the log's close (1000)
+	ResumeBadRequest  ResumeResult = "bad_request" // 1008
+	ResumeUnknownRun  ResumeResult = "unknown_run" // 4404
+	ResumeFailed      ResumeResult = "failed"      // 1011
+	ResumeInterrupted ResumeResult = "interrupted" // the peer left, or a shutdown or slow-consumer close
+)
+
+// DropReason is the reason label of dropped frames.
+type DropReason string
+
+// Drop reasons.
+const (
+	DropNotJSON      DropReason = "not_json"      // inbound text frame that is not JSON
+	DropBinary       DropReason = "binary"        // inbound binary frame
+	DropPingQueue    DropReason = "ping_queue"    // outbound ping skipped: the queue was full
+	DropSlowConsumer DropReason = "slow_consumer" // outbound frame refused: the queue overflowed and the socket was closed
+)
+
+// Metrics holds the gateway's collectors. Its methods are safe for concurrent use; a nil
+// *Metrics records nothing.
+type Metrics struct {
+	openSockets     *prometheus.GaugeVec
+	turnsStarted    prometheus.Counter
+	turnsEnded      *prometheus.CounterVec
+	eventsAppended  prometheus.Counter
+	appendLatency   prometheus.Histogram
+	deliveryLatency prometheus.Histogram
+	resumes         *prometheus.CounterVec
+	framesDropped   *prometheus.CounterVec
+	runsReaped      prometheus.Counter
+}
+
+// latencyBuckets span 100 µs to about 3 s.
+var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2.5, 12)
+
+// New creates the gateway's metrics and registers them on reg. It panics if a metric is
+// already registered on reg (a programming error, as with prometheus.MustRegister).
+func New(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		openSockets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Namespace: "wsgateway", Subsystem: "conversation", Name: "open_sockets",
+			Help: "WebSocket connections currently open, by kind.",
+		}, []string{"kind"}),
+		turnsStarted: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "turn", Name: "started_total",
+			Help: "Turns started (run.accepted appended or attempted).",
+		}),
+		turnsEnded: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "turn", Name: "ended_total",
+			Help: "Turns ended, by outcome.",
+		}, []string{"outcome"}),
+		eventsAppended: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "turn", Name: "events_appended_total",
+			Help: "Events stored in run logs by turns of this process.",
+		}),
+		appendLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "wsgateway", Subsystem: "turn", Name: "append_duration_seconds",
+			Help:    "Time from handing an event to the run log to its stored acknowledgement.",
+			Buckets: latencyBuckets,
+		}),
+		deliveryLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Namespace: "wsgateway", Subsystem: "turn", Name: "delivery_duration_seconds",
+			Help:    "Time from the agent emitting an event to its envelope being written to the socket.",
+			Buckets: latencyBuckets,
+		}),
+		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "conversation", Name: "resumes_total",
+			Help: "Resume sockets, by result.",
+		}, []string{"result"}),
+		framesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "conversation", Name: "frames_dropped_total",
+			Help: "Frames dropped, by reason.",
+		}, []string{"reason"}),
+		runsReaped: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "jetstream", Name: "runs_reaped_total",
+			Help: "Runs whose producer was lost, terminated by this process's reaper.",
+		}),
+	}
+	reg.MustRegister(m.openSockets, m.turnsStarted, m.turnsEnded, m.eventsAppended,
+		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.runsReaped)
+	// Expose every closed-set series from the start, so dashboards see zeros, not gaps.
+	for _, k := range []SocketKind{SocketConversation, SocketResume} {
+		m.openSockets.WithLabelValues(string(k))
+	}
+	for _, o := range []Outcome{OutcomeCompleted, OutcomeIncomplete, OutcomeAgentError,
+		OutcomeProtocolViolation, OutcomeAborted, OutcomeShutdown, OutcomeLogFailed} {
+		m.turnsEnded.WithLabelValues(string(o))
+	}
+	for _, r := range []ResumeResult{ResumeCompleted, ResumeBadRequest, ResumeUnknownRun,
+		ResumeFailed, ResumeInterrupted} {
+		m.resumes.WithLabelValues(string(r))
+	}
+	for _, d := range []DropReason{DropNotJSON, DropBinary, DropPingQueue, DropSlowConsumer} {
+		m.framesDropped.WithLabelValues(string(d))
+	}
+	return m
+}
+
+// SocketOpened counts an open socket of kind k.
+func (m *Metrics) SocketOpened(k SocketKind) {
+	if m != nil {
+		m.openSockets.WithLabelValues(string(k)).Inc()
+	}
+}
+
+// SocketClosed uncounts an open socket of kind k.
+func (m *Metrics) SocketClosed(k SocketKind) {
+	if m != nil {
+		m.openSockets.WithLabelValues(string(k)).Dec()
+	}
+}
+
+// TurnStarted counts a started turn.
+func (m *Metrics) TurnStarted() {
+	if m != nil {
+		m.turnsStarted.Inc()
+	}
+}
+
+// TurnEnded counts an ended turn with its outcome.
+func (m *Metrics) TurnEnded(o Outcome) {
+	if m != nil {
+		m.turnsEnded.WithLabelValues(string(o)).Inc()
+	}
+}
+
+// EventAppended counts one stored event and observes d, its append latency.
+func (m *Metrics) EventAppended(d time.Duration) {
+	if m != nil {
+		m.eventsAppended.Inc()
+		m.appendLatency.Observe(d.Seconds())
+	}
+}
+
+// Delivered observes d, the latency from agent emit to socket write.
+func (m *Metrics) Delivered(d time.Duration) {
+	if m != nil {
+		m.deliveryLatency.Observe(d.Seconds())
+	}
+}
+
+// Resume counts a finished resume socket with its result.
+func (m *Metrics) Resume(r ResumeResult) {
+	if m != nil {
+		m.resumes.WithLabelValues(string(r)).Inc()
+	}
+}
+
+// FrameDropped counts a dropped frame.
+func (m *Metrics) FrameDropped(r DropReason) {
+	if m != nil {
+		m.framesDropped.WithLabelValues(string(r)).Inc()
+	}
+}
+
+// RunReaped counts a run terminated by the reaper. Its signature fits a reaper hook.
+func (m *Metrics) RunReaped() {
+	if m != nil {
+		m.runsReaped.Inc()
+	}
+}

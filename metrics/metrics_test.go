@@ -1,0 +1,106 @@
+package metrics
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestNames(t *testing.T) {
+	reg := prometheus.NewPedanticRegistry()
+	m := New(reg)
+	m.SocketOpened(SocketConversation)
+	m.SocketOpened(SocketConversation)
+	m.SocketClosed(SocketConversation)
+	m.TurnStarted()
+	m.TurnEnded(OutcomeAborted)
+	m.EventAppended(3 * time.Millisecond)
+	m.Delivered(time.Millisecond)
+	m.Resume(ResumeUnknownRun)
+	m.FrameDropped(DropNotJSON)
+	m.RunReaped()
+
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatalf("Gather() = %v", err)
+	}
+	for _, f := range families {
+		name := f.GetName()
+		if !strings.HasPrefix(name, "wsgateway_") {
+			t.Errorf("metric %s lacks the wsgateway_ prefix", name)
+		}
+		if f.GetType().String() == "COUNTER" && !strings.HasSuffix(name, "_total") {
+			t.Errorf("counter %s does not end in _total", name)
+		}
+		if f.GetType().String() == "HISTOGRAM" && !strings.HasSuffix(name, "_seconds") {
+			t.Errorf("histogram %s does not end in _seconds", name)
+		}
+	}
+	tests := []struct {
+		name, label string
+		want        float64
+	}{
+		{"wsgateway_conversation_open_sockets", "conversation", 1},
+		{"wsgateway_conversation_open_sockets", "resume", 0},
+		{"wsgateway_turn_started_total", "", 1},
+		{"wsgateway_turn_ended_total", "aborted", 1},
+		{"wsgateway_turn_ended_total", "completed", 0},
+		{"wsgateway_turn_events_appended_total", "", 1},
+		{"wsgateway_turn_append_duration_seconds", "", 1},
+		{"wsgateway_turn_delivery_duration_seconds", "", 1},
+		{"wsgateway_conversation_resumes_total", "unknown_run", 1},
+		{"wsgateway_conversation_frames_dropped_total", "not_json", 1},
+		{"wsgateway_conversation_frames_dropped_total", "binary", 0},
+		{"wsgateway_jetstream_runs_reaped_total", "", 1},
+	}
+	for _, tt := range tests {
+		if got := value(t, families, tt.name, tt.label); got != tt.want {
+			t.Errorf("%s{%s} = %v, want %v", tt.name, tt.label, got, tt.want)
+		}
+	}
+}
+
+// value returns the value of the series of family name whose only label value is label (or
+// the unlabelled series); for a histogram, its sample count.
+func value(t testing.TB, families []*dto.MetricFamily, name, label string) float64 {
+	t.Helper()
+	for _, f := range families {
+		if f.GetName() != name {
+			continue
+		}
+		for _, s := range f.GetMetric() {
+			if len(s.GetLabel()) > 0 && s.GetLabel()[0].GetValue() != label {
+				continue
+			}
+			switch {
+			case s.Counter != nil:
+				return s.GetCounter().GetValue()
+			case s.Gauge != nil:
+				return s.GetGauge().GetValue()
+			case s.Histogram != nil:
+				return float64(s.GetHistogram().GetSampleCount())
+			}
+		}
+	}
+	t.Fatalf("no series %s{%s}", name, label)
+	return 0
+}
+
+func TestNilRecordsNothing(t *testing.T) {
+	var m *Metrics
+	m.SocketOpened(SocketResume)
+	m.TurnEnded(OutcomeCompleted)
+	m.EventAppended(time.Second)
+	m.Delivered(time.Second)
+	m.Resume(ResumeCompleted)
+	m.FrameDropped(DropBinary)
+	m.RunReaped()
+	m.TurnStarted()
+	m.SocketClosed(SocketResume)
+}

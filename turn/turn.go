@@ -1,0 +1,422 @@
+// Package turn runs one turn: one run frame and everything its agent produces.
+//
+// Start launches a Turn that, in order (PROTOCOL.md section 2, "A turn, step by step"):
+//
+//  1. appends the run.accepted marker to the run's log and delivers it, before the agent is
+//     asked for anything, so a joiner never finds an empty log;
+//  2. runs the agent; every event it emits goes through the protocol pipeline (legacy upgrade,
+//     schema, chunk expansion, verification), is appended to the log and, once stored, is
+//     delivered to the sink as an envelope {"id":offset,"chunk":event}, in order
+//     (persist before deliver);
+//  3. when the agent's stream ends (not at the first RUN_FINISHED), appends the terminal the
+//     protocol demands: nothing if the sequence is terminated, else RUN_ERROR with code
+//     incomplete, agent_error, protocol_violation, aborted (Abort) or shutdown (Shutdown),
+//     preceded by the synthetic ends of open chunk streams (protocol.Pipeline.Fail); never a
+//     RUN_ERROR right after a RUN_ERROR, which the verifier refuses (the log already ends
+//     with a terminal);
+//  4. waits for every append to be acknowledged and closes the log.
+//
+// Every log a Turn is handed ends closed, with a terminal event before the close, unless the
+// log itself failed (an append error or a lost lease): then the turn ends at once and, when
+// its terminal could not be stored, the sink receives a bare RUN_ERROR (code
+// log_unavailable).
+//
+// A Turn never blocks on its sink: Sink.Deliver must not block, and the log is the buffer.
+// The socket going away does not stop the turn; Detach only stops live delivery. After Abort
+// nothing more is delivered live.
+//
+// The Turn owns two goroutines, its driver and the agent's; Done is closed when both have
+// returned and the log is closed. Agents must return soon after their context is cancelled.
+package turn
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/wsgateway/wsgateway/metrics"
+	"github.com/wsgateway/wsgateway/protocol"
+)
+
+// Log is the run's durable log, as *jetstream.Writer provides it.
+type Log interface {
+	// Append hands event to the log without blocking; stored is called once, with the
+	// event's offset or an error, in append order, from the log's goroutine.
+	Append(event []byte, stored func(offset string, err error))
+	// Close flushes and closes the log: readers reach its end.
+	Close(ctx context.Context) error
+	// Lost is closed when the writer lost its lease (its appends are refused).
+	Lost() <-chan struct{}
+}
+
+// Agent produces the AG-UI events of a turn.
+type Agent interface {
+	// Run produces the turn's events through emit, one JSON event per call, from one
+	// goroutine at a time. It returns when its stream ends, and soon after ctx is cancelled
+	// or emit returns an error.
+	Run(ctx context.Context, in *protocol.RunAgentInput, emit func(event []byte) error) error
+}
+
+// Sink receives the frames of a turn for its socket.
+type Sink interface {
+	// Deliver queues a text frame; emitted is when the agent emitted the event (for the
+	// delivery latency). It must not block.
+	Deliver(frame []byte, emitted time.Time)
+}
+
+// Errors returned by the emit function an Agent is given.
+var (
+	ErrStopped   = errors.New("turn: stopped")
+	ErrViolation = errors.New("turn: protocol violation")
+)
+
+// Terminal codes and messages of the RUN_ERROR events the turn appends itself.
+const (
+	CodeIncomplete     = "incomplete"
+	CodeAgentError     = "agent_error"
+	CodeViolation      = "protocol_violation"
+	CodeAborted        = "aborted"
+	CodeShutdown       = "shutdown"
+	CodeLogUnavailable = "log_unavailable"
+
+	MsgIncomplete     = "agent stream ended without a terminal event"
+	MsgAborted        = "Request aborted"
+	MsgShutdown       = "gateway shutting down"
+	MsgLogUnavailable = "run log unavailable"
+)
+
+// DefaultCloseTimeout bounds the final flush and close of the log.
+const DefaultCloseTimeout = 10 * time.Second
+
+// Config describes a turn. Input, Agent and Log are required.
+type Config struct {
+	Input        *protocol.RunAgentInput
+	Agent        Agent
+	Log          Log
+	Sink         Sink             // nil: nothing is delivered live
+	Logger       *slog.Logger     // nil: discard
+	Metrics      *metrics.Metrics // nil: none
+	CloseTimeout time.Duration    // bound on the final flush and close; default 10s
+	// OnEnd, if set, is called once from the driver goroutine when the turn has ended and its
+	// log is closed, just before Done is closed.
+	OnEnd func(metrics.Outcome)
+}
+
+// ErrConfig reports a Config without Input, Agent or Log.
+var ErrConfig = errors.New("turn: invalid config")
+
+// stop reasons, in the order they win when they race.
+type stopReason int
+
+const (
+	stopNone stopReason = iota
+	stopAbort
+	stopShutdown
+)
+
+// Turn is one running turn. Its methods are safe for concurrent use.
+type Turn struct {
+	cfg    Config
+	log    *slog.Logger
+	stopCh chan stopReason // buffered 1: the first stop request wins
+	failCh chan error      // buffered 1: the first log failure
+	done   chan struct{}
+
+	sinkMu sync.Mutex
+	sink   Sink
+
+	mu        sync.Mutex // guards the pipeline and what follows
+	pipe      *protocol.Pipeline
+	stopped   bool               // emit refuses events
+	violation error              // the verifier's refusal
+	lastType  protocol.EventType // of the last event appended
+	pending   sync.WaitGroup
+
+	outcome metrics.Outcome // written by the driver before done closes
+}
+
+// Start validates cfg and starts the turn. The turn owns cfg.Log from here on.
+func Start(cfg Config) (*Turn, error) {
+	if cfg.Input == nil || cfg.Agent == nil || cfg.Log == nil {
+		return nil, ErrConfig
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.CloseTimeout <= 0 {
+		cfg.CloseTimeout = DefaultCloseTimeout
+	}
+	t := &Turn{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		stopCh: make(chan stopReason, 1),
+		failCh: make(chan error, 1),
+		done:   make(chan struct{}),
+		sink:   cfg.Sink,
+		pipe:   protocol.NewPipeline(protocol.PipelineOptions{Upgrade: true}),
+	}
+	cfg.Metrics.TurnStarted()
+	go t.drive()
+	return t, nil
+}
+
+// RunID returns the turn's runId.
+func (t *Turn) RunID() string { return t.cfg.Input.RunID }
+
+// Abort stops the turn: the agent is cancelled, RUN_ERROR "Request aborted" (code aborted)
+// is appended and the log closed. Nothing more is delivered live. It does not wait (see
+// Done) and is idempotent; it has no effect once the agent's stream ended.
+func (t *Turn) Abort() {
+	t.Detach()
+	t.requestStop(stopAbort)
+}
+
+// Shutdown stops the turn like Abort, with code shutdown, and keeps live delivery.
+func (t *Turn) Shutdown() { t.requestStop(stopShutdown) }
+
+func (t *Turn) requestStop(r stopReason) {
+	select {
+	case t.stopCh <- r:
+	default:
+	}
+}
+
+// Detach stops live delivery: the turn goes on into its log only.
+func (t *Turn) Detach() {
+	t.sinkMu.Lock()
+	t.sink = nil
+	t.sinkMu.Unlock()
+}
+
+// Done is closed when the turn has ended: its goroutines returned and its log is closed.
+func (t *Turn) Done() <-chan struct{} { return t.done }
+
+// Wait waits for the turn to end, or ctx.
+func (t *Turn) Wait(ctx context.Context) error {
+	select {
+	case <-t.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Outcome returns how the turn ended; it is valid once Done is closed.
+func (t *Turn) Outcome() metrics.Outcome {
+	<-t.done
+	return t.outcome
+}
+
+func (t *Turn) deliver(frame []byte, emitted time.Time) {
+	t.sinkMu.Lock()
+	s := t.sink
+	t.sinkMu.Unlock()
+	if s != nil {
+		s.Deliver(frame, emitted)
+	}
+}
+
+// fail records the first log failure.
+func (t *Turn) fail(err error) {
+	select {
+	case t.failCh <- err:
+	default:
+	}
+}
+
+// appendLocked hands one event to the log; its stored callback delivers the envelope. When
+// stored is non-nil it receives the append's result. t.mu is held.
+func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<- error) {
+	data := ev.JSON()
+	t.lastType = ev.Type()
+	t.pending.Add(1)
+	start := time.Now()
+	t.cfg.Log.Append(data, func(offset string, err error) {
+		defer t.pending.Done()
+		if err != nil {
+			t.fail(err)
+		} else {
+			t.cfg.Metrics.EventAppended(time.Since(start))
+			t.deliver(protocol.AppendEnvelope(nil, offset, data), emitted)
+		}
+		if stored != nil {
+			stored <- err
+		}
+	})
+}
+
+// emit is the agent's emit function.
+func (t *Turn) emit(data []byte) error {
+	emitted := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.stopped {
+		return ErrStopped
+	}
+	evs, err := t.pipe.Push(data)
+	for _, ev := range evs {
+		t.appendLocked(ev, emitted, nil)
+	}
+	if err != nil {
+		t.stopped = true
+		t.violation = err
+		return fmt.Errorf("%w: %v", ErrViolation, err)
+	}
+	return nil
+}
+
+// stopEmits makes emit refuse further events and returns the verifier's refusal, if any.
+func (t *Turn) stopEmits() error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.stopped = true
+	return t.violation
+}
+
+// drive is the turn's driver goroutine.
+func (t *Turn) drive() {
+	defer close(t.done)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	outcome, code, msg := t.runAgent(ctx, cancel)
+	terminalStored := t.appendTerminal(outcome, code, msg)
+	t.pending.Wait()
+	if len(t.failCh) > 0 {
+		terminalStored = false // an append failed: every later one failed too
+	}
+	if !terminalStored {
+		outcome = metrics.OutcomeLogFailed
+		t.deliver(protocol.AppendRunError(nil, MsgLogUnavailable, CodeLogUnavailable), time.Now())
+	}
+	cctx, ccancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
+	defer ccancel()
+	if err := t.cfg.Log.Close(cctx); err != nil {
+		t.log.Warn("closing run log", slog.String(keyError, err.Error()))
+	}
+	t.outcome = outcome
+	t.cfg.Metrics.TurnEnded(outcome)
+	t.log.Debug("turn ended", slog.String(keyOutcome, string(outcome)))
+	if t.cfg.OnEnd != nil {
+		t.cfg.OnEnd(outcome)
+	}
+}
+
+// Attribute keys of the turn's log lines.
+const (
+	keyError   = "error"
+	keyOutcome = "outcome"
+)
+
+// runAgent appends the marker, runs the agent until its stream ends or the turn is stopped,
+// and returns the outcome with the RUN_ERROR to append (code "" when none is needed).
+func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics.Outcome, string, string) {
+	markerStored := make(chan error, 1)
+	t.mu.Lock()
+	t.appendLocked(protocol.RunAccepted(), time.Now(), markerStored)
+	t.mu.Unlock()
+	select {
+	case err := <-markerStored:
+		if err != nil {
+			t.stopEmits()
+			t.log.Warn("appending run.accepted", slog.String(keyError, err.Error()))
+			return metrics.OutcomeLogFailed, "", ""
+		}
+		// A stop requested before the marker was stored wins over starting the agent.
+		select {
+		case r := <-t.stopCh:
+			t.stopEmits()
+			return stopOutcome(r)
+		default:
+		}
+	case r := <-t.stopCh:
+		t.stopEmits()
+		return stopOutcome(r)
+	case <-t.cfg.Log.Lost():
+		t.stopEmits()
+		return metrics.OutcomeLogFailed, "", ""
+	}
+
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- t.cfg.Agent.Run(ctx, t.cfg.Input, t.emit) }()
+	// The agent's goroutine is joined before the driver appends the terminal, so no event of
+	// the agent can follow it.
+	stopAgent := func() error {
+		violation := t.stopEmits()
+		cancel()
+		<-agentDone
+		return violation
+	}
+	select {
+	case err := <-agentDone:
+		violation := t.stopEmits()
+		switch {
+		case violation != nil:
+			t.log.Info("agent output refused", slog.String(keyError, violation.Error()))
+			return metrics.OutcomeProtocolViolation, CodeViolation, violation.Error()
+		case err != nil:
+			t.log.Info("agent failed", slog.String(keyError, err.Error()))
+			return metrics.OutcomeAgentError, CodeAgentError, err.Error()
+		}
+		t.mu.Lock()
+		terminated := t.pipe.Terminated()
+		t.mu.Unlock()
+		if terminated {
+			return metrics.OutcomeCompleted, "", ""
+		}
+		return metrics.OutcomeIncomplete, CodeIncomplete, MsgIncomplete
+	case r := <-t.stopCh:
+		stopAgent()
+		return stopOutcome(r)
+	case err := <-t.failCh:
+		stopAgent()
+		t.fail(err) // keep it visible to appendTerminal
+		t.log.Warn("run log failed", slog.String(keyError, err.Error()))
+		return metrics.OutcomeLogFailed, "", ""
+	case <-t.cfg.Log.Lost():
+		stopAgent()
+		t.log.Warn("run log lease lost")
+		return metrics.OutcomeLogFailed, "", ""
+	}
+}
+
+func stopOutcome(r stopReason) (metrics.Outcome, string, string) {
+	if r == stopShutdown {
+		return metrics.OutcomeShutdown, CodeShutdown, MsgShutdown
+	}
+	return metrics.OutcomeAborted, CodeAborted, MsgAborted
+}
+
+// appendTerminal appends the closing events of the outcome and reports whether the log holds
+// a terminal (the one appended, or the agent's own).
+func (t *Turn) appendTerminal(outcome metrics.Outcome, code, msg string) bool {
+	if outcome == metrics.OutcomeLogFailed {
+		return false
+	}
+	if code == "" {
+		return true // the agent's own terminal, already appended
+	}
+	stored := make(chan error, 1)
+	t.mu.Lock()
+	if t.lastType == protocol.RunError {
+		// The log already ends with a terminal, and a RUN_ERROR may not follow a RUN_ERROR.
+		t.mu.Unlock()
+		return true
+	}
+	evs := t.pipe.Fail(msg, code)
+	for i, ev := range evs {
+		var ch chan<- error
+		if i == len(evs)-1 {
+			ch = stored
+		}
+		t.appendLocked(ev, time.Now(), ch)
+	}
+	t.mu.Unlock()
+	if len(evs) == 0 {
+		return true
+	}
+	return <-stored == nil
+}
