@@ -1,0 +1,309 @@
+// The chat page: composer, options, theme, the conversation and what survives a reload.
+//
+// sessionStorage keeps the thread (its id and every turn shown) and marks a turn that was
+// still running; after a reload the page rejoins such a turn from the start of its log
+// (offset -1) and renders it from scratch, so it is shown once, to its end.
+
+import { Conversation } from "./conversation.js";
+import { Status, TurnView } from "./render.js";
+
+const threadKey = "wsgateway.thread";
+const optionsKey = "wsgateway.demo";
+const themeKey = "wsgateway.theme";
+
+const $ = (selector) => document.querySelector(selector);
+const log = $("#conversation");
+const empty = $("#empty");
+const form = $("#composer");
+const prompt = $("#prompt");
+const sendButton = $("#send");
+const stopButton = $("#stop");
+const connection = $("#connection");
+const options = $("#options");
+const themeToggle = $("#theme-toggle");
+const newThread = $("#new-thread");
+
+/** randomId returns a fresh id with a readable prefix. */
+function randomId(prefix) {
+	const bytes = crypto.getRandomValues(new Uint8Array(6));
+	const suffix = Array.from(bytes, (b) => b.toString(36).padStart(2, "0")).join("").slice(0, 8);
+	return `${prefix}-${Date.now()}-${suffix}`;
+}
+
+// ---- theme ----
+
+function applyTheme(theme) {
+	if (theme === "light" || theme === "dark") document.documentElement.dataset.theme = theme;
+	else delete document.documentElement.dataset.theme;
+	const dark = effectiveTheme() === "dark";
+	themeToggle.setAttribute("aria-pressed", String(dark));
+	themeToggle.title = dark ? "Switch to the light theme" : "Switch to the dark theme";
+}
+
+function effectiveTheme() {
+	const chosen = document.documentElement.dataset.theme;
+	if (chosen) return chosen;
+	return matchMedia("(prefers-color-scheme: dark)").matches ? "dark" : "light";
+}
+
+themeToggle.addEventListener("click", () => {
+	const next = effectiveTheme() === "dark" ? "light" : "dark";
+	localStorage.setItem(themeKey, next);
+	applyTheme(next);
+});
+matchMedia("(prefers-color-scheme: dark)").addEventListener("change", () => applyTheme(localStorage.getItem(themeKey)));
+applyTheme(localStorage.getItem(themeKey));
+
+// ---- demo agent options ----
+
+/** demoOptions reads the options panel into forwardedProps.demo (unset fields are left out). */
+function demoOptions() {
+	const demo = {};
+	const tokens = options.elements.tokens.value.trim();
+	const interval = options.elements.intervalMs.value.trim();
+	if (tokens !== "") demo.tokens = Math.max(0, Math.trunc(Number(tokens)));
+	if (interval !== "") demo.intervalMs = Math.max(0, Math.trunc(Number(interval)));
+	if (options.elements.toolCall.checked) demo.toolCall = true;
+	if (options.elements.reasoning.checked) demo.reasoning = true;
+	return demo;
+}
+
+function saveOptions() {
+	const { tokens, intervalMs, toolCall, reasoning } = options.elements;
+	sessionStorage.setItem(
+		optionsKey,
+		JSON.stringify({ tokens: tokens.value, intervalMs: intervalMs.value, toolCall: toolCall.checked, reasoning: reasoning.checked }),
+	);
+}
+
+function loadOptions() {
+	let saved;
+	try {
+		saved = JSON.parse(sessionStorage.getItem(optionsKey) ?? "null");
+	} catch {
+		saved = null;
+	}
+	if (!saved) return;
+	const { tokens, intervalMs, toolCall, reasoning } = options.elements;
+	tokens.value = saved.tokens ?? "";
+	intervalMs.value = saved.intervalMs ?? "";
+	toolCall.checked = Boolean(saved.toolCall);
+	reasoning.checked = Boolean(saved.reasoning);
+}
+
+options.addEventListener("input", saveOptions);
+options.addEventListener("submit", (event) => event.preventDefault());
+loadOptions();
+
+// ---- the thread ----
+
+/** @type {{threadId: string, views: TurnView[]}} */
+const thread = { threadId: "", views: [] };
+const views = new Map();
+
+function saveThread() {
+	const record = { threadId: thread.threadId, turns: thread.views.map((view) => view.toJSON()) };
+	try {
+		sessionStorage.setItem(threadKey, JSON.stringify(record));
+	} catch {
+		// Storage full or disabled: the conversation goes on, a reload starts afresh.
+	}
+}
+
+function loadThread() {
+	try {
+		return JSON.parse(sessionStorage.getItem(threadKey) ?? "null");
+	} catch {
+		return null;
+	}
+}
+
+function addView(view) {
+	thread.views.push(view);
+	views.set(view.runId, view);
+	log.append(view.root);
+	empty.hidden = true;
+}
+
+function history() {
+	return thread.views.flatMap((view) => view.messages());
+}
+
+function runningView() {
+	return thread.views.find((view) => view.running);
+}
+
+function refreshComposer() {
+	const running = runningView() !== undefined;
+	sendButton.hidden = running;
+	stopButton.hidden = !running;
+	sendButton.disabled = running || prompt.value.trim() === "";
+	document.body.dataset.busy = String(running);
+}
+
+const stickToBottom = () => {
+	const scroller = document.scrollingElement;
+	return scroller.scrollHeight - scroller.scrollTop - scroller.clientHeight < 80;
+};
+
+function scrollToEnd() {
+	document.scrollingElement.scrollTop = document.scrollingElement.scrollHeight;
+}
+
+// followReply keeps the newest text in view while it streams, if the reader is at the bottom;
+// once per frame, however many events arrive.
+let followPending = false;
+function followReply() {
+	if (followPending) return;
+	followPending = true;
+	const follow = stickToBottom();
+	requestAnimationFrame(() => {
+		followPending = false;
+		if (follow) scrollToEnd();
+	});
+}
+
+// ---- connection ----
+
+const stateText = {
+	connecting: "Connecting…",
+	connected: "Connected",
+	reconnecting: "Reconnecting…",
+	resumed: "Resumed",
+	idle: "Idle",
+	offline: "Offline",
+};
+
+/** Runs whose live delivery was lost in this page (a later resume is shown as such). */
+const dropped = new Set();
+
+const conversation = new Conversation({
+	onEvent(runId, event) {
+		const view = views.get(runId);
+		if (!view) return;
+		const wasRunning = view.running;
+		view.apply(event);
+		if (wasRunning !== view.running) {
+			saveThread();
+			refreshComposer();
+		}
+		followReply();
+	},
+	onDone(runId) {
+		const view = views.get(runId);
+		if (!view) return;
+		if (view.running) view.finish(Status.error, { message: "the reply ended without a final event", code: "incomplete" });
+		saveThread();
+		refreshComposer();
+	},
+	onFail(runId, message, code) {
+		const view = views.get(runId);
+		if (!view) return;
+		if (code === "detached") {
+			view.note("Stopped following this reply; the agent may still be writing it");
+			view.finish(Status.stopped);
+		} else if (view.running) {
+			view.finish(Status.error, { message, code });
+		}
+		saveThread();
+		refreshComposer();
+	},
+	onDrop(runId) {
+		dropped.add(runId);
+		views.get(runId)?.note("Connection lost, reconnecting…");
+	},
+	onResume(runId) {
+		if (dropped.has(runId)) views.get(runId)?.note("Resumed");
+	},
+	onState(state) {
+		connection.dataset.state = state;
+		connection.querySelector("[data-role=state-text]").textContent = stateText[state] ?? state;
+	},
+});
+
+// ---- composer ----
+
+function send(text) {
+	const user = { id: randomId("msg"), content: text };
+	const runId = randomId("run");
+	const messages = [...history(), { id: user.id, role: "user", content: text }];
+	const view = new TurnView({ runId, user });
+	addView(view);
+	saveThread();
+	conversation.start({
+		threadId: thread.threadId,
+		runId,
+		messages,
+		tools: [],
+		context: [],
+		forwardedProps: { demo: demoOptions() },
+	});
+	refreshComposer();
+	scrollToEnd();
+}
+
+form.addEventListener("submit", (event) => {
+	event.preventDefault();
+	const text = prompt.value.trim();
+	if (text === "" || runningView()) return;
+	prompt.value = "";
+	send(text);
+	prompt.focus();
+});
+
+prompt.addEventListener("keydown", (event) => {
+	if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+		event.preventDefault();
+		form.requestSubmit();
+	} else if (event.key === "Escape" && runningView()) {
+		event.preventDefault();
+		stop();
+	}
+});
+prompt.addEventListener("input", refreshComposer);
+
+function stop() {
+	const view = runningView();
+	if (!view) return;
+	view.stopping();
+	conversation.stop(view.runId);
+}
+
+stopButton.addEventListener("click", () => {
+	stop();
+	prompt.focus();
+});
+
+newThread.addEventListener("click", () => {
+	for (const view of thread.views) if (view.running) conversation.stop(view.runId);
+	for (const view of thread.views) view.root.remove();
+	thread.views = [];
+	views.clear();
+	thread.threadId = randomId("thread");
+	empty.hidden = false;
+	saveThread();
+	refreshComposer();
+	prompt.focus();
+});
+
+// ---- start: restore the thread, rejoin a turn that was running ----
+
+const saved = loadThread();
+thread.threadId = typeof saved?.threadId === "string" && saved.threadId !== "" ? saved.threadId : randomId("thread");
+for (const record of Array.isArray(saved?.turns) ? saved.turns : []) {
+	if (typeof record?.runId !== "string" || typeof record?.user?.content !== "string") continue;
+	if (record.status === Status.running) {
+		// Rendered again from the start of its log: nothing of the earlier page is kept.
+		const view = new TurnView(record);
+		addView(view);
+		view.note("Rejoined after a reload");
+		conversation.join(record.runId);
+	} else {
+		addView(TurnView.restore(record));
+	}
+}
+saveThread();
+conversation.connect();
+refreshComposer();
+scrollToEnd();
+prompt.focus();

@@ -1,0 +1,369 @@
+// Rendering of one turn: the user's message and the AG-UI events of the reply.
+//
+// A TurnView keeps a small model of what it shows (blocks: reasoning, tool calls, text) and
+// the DOM built from it. The model is what the page stores between reloads (toJSON /
+// TurnView.restore) and what the next turn sends back as history (messages()).
+
+/** Status of a turn as shown to the user. */
+export const Status = Object.freeze({
+	running: "running",
+	done: "done",
+	stopped: "stopped",
+	error: "error",
+});
+
+const statusText = {
+	[Status.running]: "",
+	[Status.done]: "",
+	[Status.stopped]: "Stopped",
+	[Status.error]: "Failed",
+};
+
+function el(tag, attrs = {}, ...children) {
+	const node = document.createElement(tag);
+	for (const [key, value] of Object.entries(attrs)) {
+		if (value === undefined || value === false) continue;
+		if (key === "class") node.className = value;
+		else if (key === "text") node.textContent = value;
+		else node.setAttribute(key, value === true ? "" : String(value));
+	}
+	node.append(...children);
+	return node;
+}
+
+/** prettyJSON indents a JSON text; anything else is returned unchanged. */
+export function prettyJSON(text) {
+	try {
+		return JSON.stringify(JSON.parse(text), null, 2);
+	} catch {
+		return text;
+	}
+}
+
+/** contentText flattens a TOOL_CALL_RESULT content (a string or content parts) to text. */
+export function contentText(content) {
+	if (typeof content === "string") return content;
+	if (!Array.isArray(content)) return JSON.stringify(content);
+	return content
+		.map((part) => (part && part.type === "text" ? part.text : `[${part?.type ?? "part"}]`))
+		.join("");
+}
+
+export class TurnView {
+	/**
+	 * @param {{runId: string, user: {id: string, content: string}}} turn
+	 */
+	constructor({ runId, user }) {
+		this.runId = runId;
+		this.user = user;
+		this.blocks = [];
+		this.status = Status.running;
+		this.error = undefined;
+		this.notes = [];
+		/** Live DOM parts of blocks, by block key. */
+		this.parts = new Map();
+		this.openSpan = undefined;
+
+		this.body = el("div", { class: "reply-body" });
+		this.statusLine = el("p", { class: "turn-status", "data-role": "status" });
+		this.noteLine = el("p", { class: "turn-note", "data-role": "note", hidden: true });
+		this.typing = el("span", { class: "typing", "aria-hidden": "true" }, el("span"), el("span"), el("span"));
+		this.reply = el(
+			"div",
+			{ class: "msg assistant", "data-role": "reply", "aria-busy": "true" },
+			el("h3", { class: "visually-hidden", text: "Assistant" }),
+			this.body,
+			this.typing,
+			this.noteLine,
+			this.statusLine,
+		);
+		this.root = el(
+			"article",
+			{ class: "turn", "data-run-id": runId, "data-status": this.status },
+			el(
+				"div",
+				{ class: "msg user", "data-role": "user" },
+				el("h3", { class: "visually-hidden", text: "You" }),
+				el("p", { class: "bubble", text: user.content }),
+			),
+			this.reply,
+		);
+	}
+
+	/** restore rebuilds a finished (or stored) turn from toJSON's output. */
+	static restore(record) {
+		const view = new TurnView(record);
+		for (const block of record.blocks ?? []) view.addBlock(structuredClone(block));
+		for (const note of record.notes ?? []) view.note(note);
+		view.finish(record.status ?? Status.done, record.error);
+		return view;
+	}
+
+	toJSON() {
+		return { runId: this.runId, user: this.user, blocks: this.blocks, status: this.status, error: this.error, notes: this.notes };
+	}
+
+	get running() {
+		return this.status === Status.running;
+	}
+
+	/** reset forgets what was rendered of the reply (before replaying it from the start). */
+	reset() {
+		this.blocks = [];
+		this.parts.clear();
+		this.openSpan = undefined;
+		this.body.replaceChildren();
+		this.error = undefined;
+		this.setStatus(Status.running);
+	}
+
+	/** apply renders one AG-UI event of the turn. */
+	apply(event) {
+		switch (event.type) {
+			case "RUN_STARTED":
+				if (!this.running) this.setStatus(Status.running);
+				break;
+			case "TEXT_MESSAGE_START":
+				this.text(event.messageId, event.role);
+				break;
+			case "TEXT_MESSAGE_CONTENT":
+				this.appendText(this.text(event.messageId), event.delta);
+				break;
+			case "TEXT_MESSAGE_END":
+				this.text(event.messageId).done = true;
+				break;
+			case "REASONING_START":
+				this.openSpan = this.reasoning(event.messageId);
+				break;
+			case "REASONING_MESSAGE_START": {
+				const span = this.openSpan;
+				if (span && !span.messageId && !this.parts.has(`reasoning:${event.messageId}`)) {
+					span.messageId = event.messageId;
+					this.parts.set(`reasoning:${event.messageId}`, this.parts.get(span.key));
+				} else {
+					this.reasoning(event.messageId).messageId = event.messageId;
+				}
+				break;
+			}
+			case "REASONING_MESSAGE_CONTENT":
+				this.appendText(this.reasoning(event.messageId), event.delta);
+				break;
+			case "REASONING_MESSAGE_END":
+				this.endReasoning(this.reasoning(event.messageId));
+				break;
+			case "REASONING_END":
+				if (this.openSpan) this.endReasoning(this.openSpan);
+				this.openSpan = undefined;
+				break;
+			case "TOOL_CALL_START": {
+				const call = this.tool(event.toolCallId);
+				call.name = event.toolCallName;
+				if (event.parentMessageId !== undefined) call.parentMessageId = event.parentMessageId;
+				this.parts.get(call.key).name.textContent = call.name;
+				break;
+			}
+			case "TOOL_CALL_ARGS": {
+				const call = this.tool(event.toolCallId);
+				call.args += event.delta;
+				this.parts.get(call.key).args.textContent = call.args;
+				break;
+			}
+			case "TOOL_CALL_END": {
+				const call = this.tool(event.toolCallId);
+				call.done = true;
+				this.renderTool(call);
+				break;
+			}
+			case "TOOL_CALL_RESULT": {
+				const call = this.tool(event.toolCallId);
+				call.result = contentText(event.content);
+				call.resultId = event.messageId;
+				this.renderTool(call);
+				break;
+			}
+			case "RUN_FINISHED":
+				this.finish(Status.done);
+				break;
+			case "RUN_ERROR":
+				if (event.code === "aborted") this.finish(Status.stopped);
+				else this.finish(Status.error, { message: event.message, code: event.code });
+				break;
+			default:
+				// CUSTOM run.accepted, steps, state and activity events change nothing shown.
+				break;
+		}
+	}
+
+	/** finish ends the turn with a status (and, for an error, what went wrong). */
+	finish(status, error) {
+		this.error = error;
+		this.setStatus(status);
+		for (const block of this.blocks) {
+			if (block.kind === "reasoning" && !block.done) this.endReasoning(block);
+			if (block.kind === "tool") this.renderTool(block);
+		}
+	}
+
+	/** stopping says a stop was asked for, until the turn ends. */
+	stopping() {
+		if (!this.running) return;
+		this.statusLine.textContent = "Stopping…";
+		this.statusLine.hidden = false;
+		this.statusLine.setAttribute("role", "status");
+	}
+
+	/** note adds a line about the delivery of this turn (reconnected, rejoined). */
+	note(text) {
+		if (this.notes.at(-1) === text) return;
+		this.notes.push(text);
+		this.noteLine.hidden = false;
+		this.noteLine.textContent = this.notes.join(" · ");
+	}
+
+	/** text returns the model of the text message id, creating it (and its DOM) if new. */
+	text(id, role) {
+		const key = `text:${id}`;
+		const known = this.parts.get(key);
+		if (known) return known.block;
+		return this.addBlock({ kind: "text", key, id, role: role ?? "assistant", text: "", done: false });
+	}
+
+	reasoning(id) {
+		const key = `reasoning:${id}`;
+		const known = this.parts.get(key);
+		if (known) return known.block;
+		return this.addBlock({ kind: "reasoning", key, id, text: "", done: false });
+	}
+
+	tool(id) {
+		const key = `tool:${id}`;
+		const known = this.parts.get(key);
+		if (known) return known.block;
+		return this.addBlock({ kind: "tool", key, id, name: "", args: "", done: false });
+	}
+
+	addBlock(block) {
+		this.blocks.push(block);
+		let part;
+		switch (block.kind) {
+			case "text": {
+				const node = document.createTextNode(block.text);
+				const root = el("div", { class: "text", "data-role": "assistant-text", "data-message-id": block.id }, node);
+				if (block.role !== "assistant") root.dataset.messageRole = block.role;
+				part = { block, root, node };
+				break;
+			}
+			case "reasoning": {
+				const node = document.createTextNode(block.text);
+				const label = el("span", { text: block.done ? "Reasoning" : "Thinking…" });
+				const root = el(
+					"details",
+					{ class: "reasoning", "data-role": "reasoning" },
+					el("summary", {}, label),
+					el("div", { class: "reasoning-text" }, node),
+				);
+				part = { block, root, node, label };
+				break;
+			}
+			case "tool": {
+				const name = el("code", { class: "tool-name", text: block.name });
+				const state = el("span", { class: "tool-state" });
+				const args = el("pre", { class: "tool-args", "data-role": "tool-args", text: block.args });
+				const result = el("pre", { class: "tool-result", "data-role": "tool-result" });
+				const resultWrap = el("div", { class: "tool-section", hidden: true }, el("h4", { text: "Result" }), result);
+				const root = el(
+					"details",
+					{ class: "tool", "data-role": "tool-call", open: true },
+					el("summary", {}, el("span", { class: "tool-label", text: "Tool call" }), " ", name, " ", state),
+					el("div", { class: "tool-section" }, el("h4", { text: "Arguments" }), args),
+					resultWrap,
+				);
+				part = { block, root, name, state, args, result, resultWrap };
+				break;
+			}
+			default:
+				return block;
+		}
+		this.parts.set(block.key, part);
+		this.body.append(part.root);
+		if (block.kind === "tool") this.renderTool(block);
+		return block;
+	}
+
+	appendText(block, delta) {
+		if (typeof delta !== "string" || delta === "") return;
+		block.text += delta;
+		this.parts.get(block.key).node.appendData(delta);
+	}
+
+	endReasoning(block) {
+		block.done = true;
+		const part = this.parts.get(block.key);
+		if (part) part.label.textContent = "Reasoning";
+	}
+
+	renderTool(call) {
+		const part = this.parts.get(call.key);
+		part.name.textContent = call.name;
+		if (call.done) part.args.textContent = prettyJSON(call.args);
+		if (call.result !== undefined) {
+			part.resultWrap.hidden = false;
+			part.result.textContent = prettyJSON(call.result);
+		}
+		let state = "streaming…";
+		if (call.result !== undefined) state = "done";
+		else if (call.done) state = this.running ? "waiting for result" : "called";
+		part.state.textContent = state;
+	}
+
+	setStatus(status) {
+		this.status = status;
+		this.root.dataset.status = status;
+		this.reply.setAttribute("aria-busy", String(status === Status.running));
+		this.typing.hidden = status !== Status.running;
+		let text = statusText[status];
+		if (status === Status.error && this.error) {
+			text = `Error: ${this.error.message}${this.error.code ? ` (${this.error.code})` : ""}`;
+		}
+		this.statusLine.textContent = text;
+		this.statusLine.hidden = text === "";
+		this.statusLine.setAttribute("role", status === Status.error ? "alert" : "status");
+	}
+
+	/**
+	 * messages returns the AG-UI messages of this turn for the next turn's history: the user's
+	 * message, then the reply's reasoning, assistant messages (with the tool calls that got a
+	 * result) and tool results, in the order they appeared.
+	 */
+	messages() {
+		const out = [{ id: this.user.id, role: "user", content: this.user.content }];
+		const assistants = new Map();
+		const assistant = (id) => {
+			let message = assistants.get(id);
+			if (!message) {
+				message = { id, role: "assistant" };
+				assistants.set(id, message);
+				out.push(message);
+			}
+			return message;
+		};
+		for (const block of this.blocks) {
+			if (block.kind === "reasoning" && block.text !== "") {
+				out.push({ id: block.messageId ?? block.id, role: "reasoning", content: block.text });
+			} else if (block.kind === "text") {
+				if (block.role === "assistant") {
+					const message = assistant(block.id);
+					message.content = (message.content ?? "") + block.text;
+				} else if (block.text !== "") {
+					out.push({ id: block.id, role: block.role, content: block.text });
+				}
+			} else if (block.kind === "tool" && block.result !== undefined) {
+				const message = assistant(block.parentMessageId ?? `${block.id}-call`);
+				message.toolCalls ??= [];
+				message.toolCalls.push({ id: block.id, type: "function", function: { name: block.name, arguments: block.args } });
+				out.push({ id: block.resultId ?? `${block.id}-result`, role: "tool", toolCallId: block.id, content: block.result });
+			}
+		}
+		return out.filter((m) => m.role !== "assistant" || (m.content ?? "") !== "" || m.toolCalls);
+	}
+}

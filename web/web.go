@@ -1,0 +1,77 @@
+// Package web serves the browser chat page of the gateway.
+//
+// The page (static/: HTML, CSS and ES modules, no build step) is embedded in the binary and
+// served by [Handler] at the root of the gateway's HTTP server. It speaks the gateway's
+// WebSocket protocol directly (PROTOCOL.md sections 2 and 3), as @tanstack/ai-client's
+// webSocket() adapter does:
+//
+//   - conversation.js: one conversation socket (ws, no offset) per conversation; each turn is
+//     a RunAgentInput run frame (threadId stable, a fresh runId, the thread's messages, tools
+//     and context empty, forwardedProps.demo from the options panel). Envelopes {id, chunk}
+//     carry the offsets; a turn remembers the offsets it has seen and drops duplicates; pings
+//     are ignored; a bare event is the RUN_ERROR of the frame just sent. When a socket drops
+//     (or closes 1012, 1011, …), each unfinished turn resumes on ws?runId=…&offset=<last
+//     offset seen> with backoff, and the page shows the connection state (connecting,
+//     connected, reconnecting, resumed, idle). A resume closed 1000 is the end of the turn;
+//     4404 and 1008 are shown as the turn's error. Stop sends {"type":"abort","runId":…}
+//     and, since the gateway sends nothing more of an aborted turn live, reads the turn's end
+//     (RUN_ERROR aborted) from its log.
+//   - render.js: the AG-UI events of a turn (text messages, reasoning in a collapsed
+//     section, tool calls with arguments and result, RUN_ERROR with message and code), and
+//     the messages of the turn for the next turn's history.
+//   - app.js: composer (Enter sends, Shift+Enter adds a line, Escape stops), options panel,
+//     light and dark themes (prefers-color-scheme, and a toggle kept in localStorage), and
+//     sessionStorage: the thread and every turn shown, a running turn marked as such; after
+//     a reload such a turn is rejoined from the start of its log (offset -1) and rendered
+//     from scratch, so it is shown once, to its end.
+//
+// One turn runs at a time per page. An abort only stops a turn started on the same socket
+// (PROTOCOL.md section 2): Stop on a turn that is being followed on a resume socket after a
+// drop stops following it after a grace period, and says so, while the agent may go on.
+//
+// The handler only reads the embedded files: it is safe for concurrent use and holds no
+// state.
+package web
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+)
+
+//go:embed static
+var static embed.FS
+
+// contentSecurityPolicy lets the page load only its own files and open WebSockets to its
+// own origin.
+const contentSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; " +
+	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// files returns the page's files (index.html at the root).
+func files() fs.FS {
+	sub, err := fs.Sub(static, "static")
+	if err != nil {
+		panic("web: embedded page missing: " + err.Error())
+	}
+	return sub
+}
+
+// Handler returns the handler that serves the chat page at / and its assets beside it. It
+// answers GET and HEAD only; unknown paths get 404. Responses are revalidated on every load
+// (Cache-Control: no-cache) so a new binary's page is never mixed with an old one's modules.
+func Handler() http.Handler {
+	page := http.FileServerFS(files())
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		h := w.Header()
+		h.Set("Cache-Control", "no-cache")
+		h.Set("Content-Security-Policy", contentSecurityPolicy)
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		page.ServeHTTP(w, r)
+	})
+}
