@@ -6,46 +6,246 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/wsgateway/wsgateway/agent/demo"
+	"github.com/wsgateway/wsgateway/conversation"
+	"github.com/wsgateway/wsgateway/conversation/jsstore"
+	"github.com/wsgateway/wsgateway/heartbeat"
+	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/metrics"
+	"github.com/wsgateway/wsgateway/turn"
+	"github.com/wsgateway/wsgateway/web"
 )
 
-// runServe runs the gateway until SIGINT or SIGTERM.
+// Log attribute keys of the serve command.
+const (
+	keyAddr    = "addr"
+	keyURL     = "url"
+	keyNATS    = "nats"
+	keyNATSURL = "nats_url"
+	keyDataDir = "data_dir"
+	keyAgent   = "agent"
+	keyAuth    = "auth"
+	keyVersion = "version"
+	keySignal  = "signal"
+	keyErr     = "err"
+	keyTimeout = "timeout"
+)
+
+// HTTP server timeouts. A WebSocket upgrade hijacks its connection, which clears these
+// deadlines, so they bound only plain requests and handshakes.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = 30 * time.Second
+	writeTimeout      = 30 * time.Second
+	idleTimeout       = 2 * time.Minute
+	readyTimeout      = 3 * time.Second
+	// closeGrace bounds the HTTP server's own shutdown beyond the drain timeout.
+	closeGrace = 5 * time.Second
+)
+
+// runServe runs the gateway until SIGINT or SIGTERM and returns the exit code: 0 after a
+// graceful shutdown, 1 on a runtime failure, 2 for an invalid command line.
 func runServe(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	addr := fs.String("addr", envOr("WSGATEWAY_ADDR", "127.0.0.1:8080"), "HTTP listen address (WSGATEWAY_ADDR)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
+	cfg, err := parseServe(args, os.LookupEnv, stdout)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, err)
 		return 2
 	}
-	ln, err := net.Listen("tcp", *addr)
+	log, err := newLogger(cfg.logFormat, cfg.logLevel, stderr)
 	if err != nil {
-		fmt.Fprintf(stderr, "wsgateway: %v\n", err)
-		return 1
+		fmt.Fprintln(stderr, "wsgateway:", err)
+		return 2
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "ok\n") })
-	srv := &http.Server{Handler: mux}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	go func() { <-ctx.Done(); srv.Shutdown(context.Background()) }()
-	fmt.Fprintf(stdout, "wsgateway listening on http://%s\n", ln.Addr())
-	if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		fmt.Fprintf(stderr, "wsgateway: %v\n", err)
+
+	// The first signal cancels ctx and starts the graceful shutdown; a second one exits at
+	// once.
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	watchDone := make(chan struct{})
+	defer close(watchDone)
+	go func() {
+		select {
+		case sig := <-sigs:
+			log.Info("shutting down", keySignal, sig.String())
+			cancel()
+		case <-watchDone:
+			return
+		}
+		select {
+		case sig := <-sigs:
+			log.Warn("second signal: exiting at once", keySignal, sig.String())
+			os.Exit(1)
+		case <-watchDone:
+		}
+	}()
+
+	if err := serve(ctx, cfg, log); err != nil {
+		log.Error("wsgateway failed", keyErr, err)
 		return 1
 	}
 	return 0
 }
 
-func envOr(key, def string) string {
-	if v, ok := os.LookupEnv(key); ok {
-		return v
+// serve runs the gateway until ctx is cancelled, then shuts it down gracefully.
+func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	m := metrics.New(reg)
+
+	store, err := jetstream.Open(ctx, jetstream.Config{
+		URLs:      strings.Join(cfg.natsURLs, ","),
+		CredsFile: cfg.natsCreds,
+		TLSCA:     cfg.natsTLSCA,
+		TLSCert:   cfg.natsTLSCert,
+		TLSKey:    cfg.natsTLSKey,
+		DataDir:   cfg.dataDir,
+		Replicas:  cfg.replicas,
+		Retention: cfg.retention,
+		LeaseTTL:  cfg.leaseTTL,
+		Logger:    log,
+		Metrics:   &jetstream.Metrics{RunReaped: m.RunReaped},
+	})
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil // a signal during startup: nothing to drain
+		}
+		return fmt.Errorf("open the run log: %w", err)
 	}
-	return def
+	defer store.Close()
+
+	agent, err := newAgent(cfg)
+	if err != nil {
+		return err
+	}
+	conv, err := conversation.New(conversation.Config{
+		Store: jsstore.New(store),
+		Agent: agent,
+		Heartbeat: heartbeat.Config{
+			Interval:    cfg.heartbeat,
+			IdleTimeout: cfg.idleTimeout,
+		},
+		Logger:  log,
+		Metrics: m,
+	})
+	if err != nil {
+		return fmt.Errorf("conversation server: %w", err)
+	}
+	// Shut down on every path; after a graceful shutdown below this returns at once.
+	defer conv.Shutdown(context.Background())
+
+	ln, err := net.Listen("tcp", cfg.addr)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /ws", conv)
+	mux.Handle("GET /", web.Handler())
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+		io.WriteString(w, "ok\n")
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		rctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
+		defer cancel()
+		if err := store.Ready(rctx); err != nil {
+			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		io.WriteString(w, "ready\n")
+	})
+	srv := &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+
+	addr := ln.Addr().String()
+	attrs := []any{keyAddr, addr, keyURL, "http://" + addr + "/", keyAgent, cfg.agent,
+		keyAuth, "off (development mode: no authentication)", keyVersion, version}
+	if len(cfg.natsURLs) == 0 {
+		attrs = append(attrs, keyNATS, "embedded", keyDataDir, cfg.dataDir, keyNATSURL, store.ClientURL())
+	} else {
+		attrs = append(attrs, keyNATS, redactURLs(cfg.natsURLs))
+	}
+	log.Info("listening", attrs...)
+
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+
+	// Graceful shutdown: stop accepting; close the sockets 1012 and let running turns finish
+	// into their logs for the drain timeout, then abort the rest; then stop the store.
+	log.Info("draining", keyTimeout, cfg.drainTimeout.String())
+	httpDone := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.drainTimeout+closeGrace)
+		defer cancel()
+		httpDone <- srv.Shutdown(sctx)
+	}()
+	var errs []error
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.drainTimeout)
+	defer cancel()
+	if err := conv.Shutdown(dctx); err != nil {
+		log.Warn("drain timeout: aborted the turns still running", keyErr, err)
+	}
+	if err := <-httpDone; err != nil {
+		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	}
+	<-served
+	if err := store.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close the run log: %w", err))
+	}
+	log.Info("stopped")
+	return errors.Join(errs...)
+}
+
+// redactURLs joins urls with commas, passwords replaced by "xxxxx".
+func redactURLs(urls []string) string {
+	out := make([]string, len(urls))
+	for i, s := range urls {
+		out[i] = s
+		if u, err := url.Parse(s); err == nil {
+			out[i] = u.Redacted()
+		}
+	}
+	return strings.Join(out, ",")
+}
+
+// newAgent returns the agent --agent names.
+func newAgent(cfg serveConfig) (turn.Agent, error) {
+	switch cfg.agent {
+	case agentDemo:
+		return demo.New(), nil
+	}
+	return nil, fmt.Errorf("%w: agent %q is not available yet", errUsage, cfg.agent)
 }

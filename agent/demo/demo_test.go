@@ -1,0 +1,369 @@
+package demo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/wsgateway/wsgateway/protocol"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// input decodes a run frame for thread "th", run "r1", whose last user message is text, with
+// forwardedProps.demo = demoOpts (JSON; empty for none).
+func input(tb testing.TB, text, demoOpts string) *protocol.RunAgentInput {
+	tb.Helper()
+	props := ""
+	if demoOpts != "" {
+		props = `,"forwardedProps":{"demo":` + demoOpts + `}`
+	}
+	frame := `{"threadId":"th","runId":"r1","messages":[` +
+		`{"id":"u0","role":"user","content":"earlier"},` +
+		`{"id":"a0","role":"assistant","content":"reply"},` +
+		`{"id":"u1","role":"user","content":` + quote(text) + `}]` + props + `}`
+	in, err := protocol.DecodeRunAgentInput([]byte(frame))
+	if err != nil {
+		tb.Fatalf("DecodeRunAgentInput(%s): %v", frame, err)
+	}
+	return in
+}
+
+func quote(s string) string { return fmt.Sprintf("%q", s) }
+
+// collect runs the agent and returns the events it emitted and its error.
+func collect(tb testing.TB, in *protocol.RunAgentInput) ([]string, error) {
+	tb.Helper()
+	var got []string
+	err := New().Run(context.Background(), in, func(ev []byte) error {
+		got = append(got, string(ev))
+		return nil
+	})
+	return got, err
+}
+
+// Event spellings used by the tables below.
+const (
+	runStarted  = `{"type":"RUN_STARTED","threadId":"th","runId":"r1"}`
+	runFinished = `{"type":"RUN_FINISHED","threadId":"th","runId":"r1"}`
+)
+
+func textStart(k int) string {
+	return fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":"r1.msg%d","role":"assistant"}`, k)
+}
+func textContent(k int, d string) string {
+	return fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"r1.msg%d","delta":%q}`, k, d)
+}
+func textEnd(k int) string {
+	return fmt.Sprintf(`{"type":"TEXT_MESSAGE_END","messageId":"r1.msg%d"}`, k)
+}
+
+func message(k int, deltas ...string) []string {
+	out := []string{textStart(k)}
+	for _, d := range deltas {
+		out = append(out, textContent(k, d))
+	}
+	return append(out, textEnd(k))
+}
+
+func seq(parts ...any) []string {
+	var out []string
+	for _, p := range parts {
+		switch p := p.(type) {
+		case string:
+			out = append(out, p)
+		case []string:
+			out = append(out, p...)
+		}
+	}
+	return out
+}
+
+var (
+	reasoning1 = []string{
+		`{"type":"REASONING_START","messageId":"r1.reasoning1"}`,
+		`{"type":"REASONING_MESSAGE_START","messageId":"r1.thought1","role":"reasoning"}`,
+		`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1.thought1","delta":"The"}`,
+		`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1.thought1","delta":" user"}`,
+		`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1.thought1","delta":" wants"}`,
+		`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1.thought1","delta":" a"}`,
+		`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1.thought1","delta":" reply;"}`,
+		`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1.thought1","delta":" I"}`,
+		`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1.thought1","delta":" will"}`,
+		`{"type":"REASONING_MESSAGE_CONTENT","messageId":"r1.thought1","delta":" answer."}`,
+		`{"type":"REASONING_MESSAGE_END","messageId":"r1.thought1"}`,
+		`{"type":"REASONING_END","messageId":"r1.reasoning1"}`,
+	}
+	toolCall1 = []string{
+		`{"type":"TOOL_CALL_START","toolCallId":"r1.call1","toolCallName":"get_weather"}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.call1","delta":"{\"city\":"}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.call1","delta":"\"Paris\","}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.call1","delta":"\"unit\":\"celsius\""}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.call1","delta":"}"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"r1.call1"}`,
+	}
+)
+
+func TestEvents(t *testing.T) {
+	tests := []struct {
+		name string
+		text string
+		opts string
+		want []string
+	}{
+		{"default reply", "hello  wide\nworld", "",
+			seq(runStarted, message(1, "You", " said:", " hello", "  wide", "\nworld"), runFinished)},
+		{"empty user text", "", `{"intervalMs":0}`,
+			seq(runStarted, message(1, "You", " said: "), runFinished)},
+		{"tokens", "ignored", `{"tokens":3,"intervalMs":0}`,
+			seq(runStarted, message(1, "t1 ", "t2 ", "t3 "), runFinished)},
+		{"zero tokens", "ignored", `{"tokens":0,"intervalMs":0}`,
+			seq(runStarted, message(1), runFinished)},
+		{"chunked", "x", `{"tokens":2,"chunked":true,"intervalMs":0}`, seq(runStarted,
+			`{"type":"TEXT_MESSAGE_CHUNK","messageId":"r1.msg1","role":"assistant","delta":"t1 "}`,
+			`{"type":"TEXT_MESSAGE_CHUNK","messageId":"r1.msg1","delta":"t2 "}`,
+			runFinished)},
+		{"chunked, zero tokens", "x", `{"tokens":0,"chunked":true,"intervalMs":0}`, seq(runStarted,
+			`{"type":"TEXT_MESSAGE_CHUNK","messageId":"r1.msg1","role":"assistant"}`,
+			runFinished)},
+		{"reasoning", "x", `{"tokens":1,"reasoning":true,"intervalMs":0}`,
+			seq(runStarted, reasoning1, message(1, "t1 "), runFinished)},
+		{"tool call", "x", `{"tokens":1,"toolCall":true,"intervalMs":0}`,
+			seq(runStarted, toolCall1, message(1, "t1 "), runFinished)},
+		{"reasoning and tool call", "x", `{"tokens":1,"toolCall":true,"reasoning":true,"intervalMs":0}`,
+			seq(runStarted, reasoning1, toolCall1, message(1, "t1 "), runFinished)},
+		{"runs", "x", `{"tokens":1,"runs":3,"intervalMs":0}`, seq(
+			runStarted, message(1, "t1 "), runFinished,
+			runStarted, message(2, "t1 "), runFinished,
+			runStarted, message(3, "t1 "), runFinished)},
+		{"invalid", "x", `{"tokens":4,"invalid":true,"intervalMs":0}`, seq(
+			runStarted, textStart(1), textContent(1, "t1 "), textContent(1, "t2 "),
+			`{"type":"TEXT_MESSAGE_CONTENT","messageId":"r1.never-started","delta":"x"}`,
+			textContent(1, "t3 "), textContent(1, "t4 "), textEnd(1), runFinished)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				got, err := collect(t, input(t, tt.text, tt.opts))
+				if err != nil {
+					t.Fatalf("Run error: %v", err)
+				}
+				if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+					t.Errorf("Run(%q, %s) emitted\n%s\nwant\n%s", tt.text, tt.opts, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+				}
+			})
+		})
+	}
+}
+
+// TestEventsPassTheVerifier runs every option through the gateway's protocol pipeline: the
+// valid ones end terminated without a violation, and invalid is refused by the verifier.
+func TestEventsPassTheVerifier(t *testing.T) {
+	tests := []struct {
+		opts      string
+		violation bool
+	}{
+		{`{"intervalMs":0}`, false},
+		{`{"tokens":5,"intervalMs":0}`, false},
+		{`{"tokens":0,"intervalMs":0}`, false},
+		{`{"tokens":5,"chunked":true,"intervalMs":0}`, false},
+		{`{"tokens":0,"chunked":true,"intervalMs":0}`, false},
+		{`{"tokens":3,"reasoning":true,"toolCall":true,"intervalMs":0}`, false},
+		{`{"tokens":3,"reasoning":true,"toolCall":true,"chunked":true,"runs":3,"intervalMs":0}`, false},
+		{`{"tokens":3,"invalid":true,"intervalMs":0}`, true},
+		{`{"tokens":3,"runs":2,"invalid":true,"intervalMs":0}`, true},
+	}
+	for _, tt := range tests {
+		got, err := collect(t, input(t, "hi", tt.opts))
+		if err != nil {
+			t.Fatalf("Run(%s) error: %v", tt.opts, err)
+		}
+		p := protocol.NewPipeline(protocol.PipelineOptions{})
+		var verr error
+		var types []string
+		for _, ev := range got {
+			out, err := p.Push([]byte(ev))
+			for _, e := range out {
+				types = append(types, string(e.Type()))
+			}
+			if err != nil {
+				verr = err
+				break
+			}
+		}
+		var violation *protocol.ViolationError
+		switch {
+		case tt.violation && !errors.As(verr, &violation):
+			t.Errorf("pipeline on %s: error %v, want a *protocol.ViolationError", tt.opts, verr)
+		case !tt.violation && verr != nil:
+			t.Errorf("pipeline on %s: %v", tt.opts, verr)
+		case !tt.violation && !p.Terminated():
+			t.Errorf("pipeline on %s: not terminated after %s", tt.opts, types)
+		}
+		if strings.Contains(tt.opts, "chunked") && !tt.violation {
+			joined := strings.Join(types, " ")
+			if strings.Contains(joined, "CHUNK") || !strings.Contains(joined, "TEXT_MESSAGE_START") ||
+				!strings.Contains(joined, "TEXT_MESSAGE_END RUN_FINISHED") {
+				t.Errorf("chunked %s expanded to %s, want start/content/end before RUN_FINISHED", tt.opts, joined)
+			}
+		}
+	}
+}
+
+// TestPauses checks the spacing of the events on the fake clock of a synctest bubble: the
+// default reply is one word per content event, 20 ms apart, and intervalMs sets the pause.
+func TestPauses(t *testing.T) {
+	tests := []struct {
+		opts string
+		want time.Duration
+	}{
+		{"", 20 * time.Millisecond},
+		{`{"intervalMs":7}`, 7 * time.Millisecond},
+		{`{"intervalMs":0}`, 0},
+	}
+	for _, tt := range tests {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			var at []time.Duration
+			err := New().Run(context.Background(), input(t, "a b", tt.opts), func([]byte) error {
+				at = append(at, time.Since(start))
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, d := range at {
+				if want := time.Duration(i) * tt.want; d != want {
+					t.Errorf("opts %q: event %d emitted at %v, want %v", tt.opts, i, d, want)
+				}
+			}
+		})
+	}
+}
+
+func TestCancel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(context.Background())
+		n := 0
+		done := make(chan error)
+		go func() {
+			done <- New().Run(ctx, input(t, "x", `{"tokens":1000}`), func([]byte) error {
+				n++
+				return nil
+			})
+		}()
+		time.Sleep(50 * time.Millisecond) // events at 0, 20, 40 ms
+		cancel()
+		synctest.Wait()
+		select {
+		case err := <-done:
+			if !errors.Is(err, context.Canceled) {
+				t.Errorf("Run after cancel = %v, want context.Canceled", err)
+			}
+		default:
+			t.Fatal("Run still running after its context was cancelled")
+		}
+		if n != 3 {
+			t.Errorf("emitted %d events before the cancel at 50ms, want 3", n)
+		}
+	})
+}
+
+func TestEmitErrorStops(t *testing.T) {
+	refused := errors.New("refused")
+	n := 0
+	err := New().Run(context.Background(), input(t, "x", `{"tokens":10,"intervalMs":0}`), func([]byte) error {
+		n++
+		if n == 3 {
+			return refused
+		}
+		return nil
+	})
+	if !errors.Is(err, refused) || n != 3 {
+		t.Errorf("Run with emit failing at event 3 = %v after %d events, want the emit error after 3", err, n)
+	}
+}
+
+func TestFail(t *testing.T) {
+	tests := []struct {
+		opts string
+		want []string
+	}{
+		{`{"fail":"start","intervalMs":0}`, nil},
+		// Of 7 events (RUN_STARTED, TEXT_MESSAGE_START, 3 deltas, END, RUN_FINISHED) the agent
+		// emits half, rounded down, then fails; of 8, 4.
+		{`{"fail":"middle","tokens":3,"intervalMs":0}`, seq(runStarted, textStart(1), textContent(1, "t1 "))},
+		{`{"fail":"middle","tokens":4,"intervalMs":0}`, seq(runStarted, textStart(1), textContent(1, "t1 "), textContent(1, "t2 "))},
+	}
+	for _, tt := range tests {
+		got, err := collect(t, input(t, "x", tt.opts))
+		if !errors.Is(err, ErrInjected) {
+			t.Errorf("Run(%s) error = %v, want ErrInjected", tt.opts, err)
+		}
+		if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+			t.Errorf("Run(%s) emitted\n%s\nwant\n%s", tt.opts, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+		}
+	}
+}
+
+func TestBadOptions(t *testing.T) {
+	for _, opts := range []string{
+		`{"tokens":-1}`,
+		`{"tokens":1000001}`,
+		`{"tokens":"5"}`,
+		`{"tokens":1.5}`,
+		`{"intervalMs":-1}`,
+		`{"intervalMs":60001}`,
+		`{"runs":0}`,
+		`{"runs":101}`,
+		`{"fail":"end"}`,
+		`{"chunked":"yes"}`,
+		`{"token":5}`,
+		`[]`,
+	} {
+		got, err := collect(t, input(t, "x", opts))
+		if !errors.Is(err, ErrOptions) || len(got) != 0 {
+			t.Errorf("Run(%s) = %d events, %v; want no event and ErrOptions", opts, len(got), err)
+		}
+	}
+}
+
+func TestIgnoresOtherForwardedProps(t *testing.T) {
+	in, err := protocol.DecodeRunAgentInput([]byte(`{"threadId":"th","runId":"r1","messages":[{"id":"u","role":"user","content":[{"type":"text","text":"from "},{"type":"text","text":"parts"}]}],"forwardedProps":{"model":"x"}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	synctest.Test(t, func(t *testing.T) {
+		got, err := collect(t, in)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := seq(runStarted, message(1, "You", " said:", " from", " parts"), runFinished)
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("emitted\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+		}
+	})
+}
+
+// BenchmarkRun measures the agent's own cost per event (intervalMs 0, emit discarding).
+func BenchmarkRun(b *testing.B) {
+	in := input(b, "x", `{"tokens":10000,"intervalMs":0}`)
+	a := New()
+	events := 0
+	for b.Loop() {
+		err := a.Run(context.Background(), in, func([]byte) error {
+			events++
+			return nil
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
+}

@@ -1,0 +1,155 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func env(m map[string]string) func(string) (string, bool) {
+	return func(k string) (string, bool) {
+		v, ok := m[k]
+		return v, ok
+	}
+}
+
+func TestParseServeDefaults(t *testing.T) {
+	got, err := parseServe(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatalf("parseServe(nil) error: %v", err)
+	}
+	want := serveConfig{
+		addr:         "127.0.0.1:8080",
+		dataDir:      "./data",
+		replicas:     1,
+		agent:        "demo",
+		heartbeat:    30 * time.Second,
+		idleTimeout:  5 * time.Minute,
+		leaseTTL:     15 * time.Second,
+		retention:    24 * time.Hour,
+		drainTimeout: 10 * time.Second,
+		logFormat:    "auto",
+		logLevel:     "info",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("parseServe(nil) =\n%+v\nwant\n%+v", got, want)
+	}
+}
+
+func TestParseServe(t *testing.T) {
+	tests := []struct {
+		name  string
+		args  []string
+		env   map[string]string
+		check func(serveConfig) bool
+	}{
+		{"flag", []string{"--idle-timeout", "90s"}, nil,
+			func(c serveConfig) bool { return c.idleTimeout == 90*time.Second }},
+		{"flag with =", []string{"--addr=:9000"}, nil,
+			func(c serveConfig) bool { return c.addr == ":9000" }},
+		{"env", nil, map[string]string{"WSGATEWAY_IDLE_TIMEOUT": "2m"},
+			func(c serveConfig) bool { return c.idleTimeout == 2*time.Minute }},
+		{"flag wins over env", []string{"--heartbeat", "5s"}, map[string]string{"WSGATEWAY_HEARTBEAT": "7s"},
+			func(c serveConfig) bool { return c.heartbeat == 5*time.Second }},
+		{"nats urls", nil, map[string]string{"WSGATEWAY_NATS_URL": "nats://a:4222, tls://b:4222"},
+			func(c serveConfig) bool {
+				return reflect.DeepEqual(c.natsURLs, []string{"nats://a:4222", "tls://b:4222"})
+			}},
+		{"replicas with a cluster", []string{"--nats-url", "nats://a:4222", "--replicas", "3"}, nil,
+			func(c serveConfig) bool { return c.replicas == 3 }},
+		{"every env var", nil, map[string]string{
+			"WSGATEWAY_ADDR": "127.0.0.1:0", "WSGATEWAY_DATA_DIR": "/tmp/x", "WSGATEWAY_LEASE_TTL": "3s",
+			"WSGATEWAY_RETENTION": "1h", "WSGATEWAY_DRAIN_TIMEOUT": "1s", "WSGATEWAY_LOG_FORMAT": "json",
+			"WSGATEWAY_LOG_LEVEL": "debug", "WSGATEWAY_AGENT": "demo",
+		}, func(c serveConfig) bool {
+			return c.addr == "127.0.0.1:0" && c.dataDir == "/tmp/x" && c.leaseTTL == 3*time.Second &&
+				c.retention == time.Hour && c.drainTimeout == time.Second && c.logFormat == "json" &&
+				c.logLevel == "debug"
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseServe(tt.args, env(tt.env), io.Discard)
+			if err != nil {
+				t.Fatalf("parseServe(%q) error: %v", tt.args, err)
+			}
+			if !tt.check(got) {
+				t.Errorf("parseServe(%q) with env %v = %+v", tt.args, tt.env, got)
+			}
+		})
+	}
+}
+
+func TestParseServeErrors(t *testing.T) {
+	tests := []struct {
+		args []string
+		env  map[string]string
+		want string // in the error message
+	}{
+		{[]string{"--idle-timeout", "5 minutes"}, nil, `invalid value "5 minutes" for flag -idle-timeout: want a duration such as 30s, 5m or 1h`},
+		{[]string{"--heartbeat", "0s"}, nil, "must be positive"},
+		{nil, map[string]string{"WSGATEWAY_LEASE_TTL": "soon"}, `WSGATEWAY_LEASE_TTL="soon": want a duration`},
+		{[]string{"--agent", "gpt"}, nil, `unknown agent "gpt"; want demo, agui or openai`},
+		{[]string{"--agent", "agui"}, nil, `agent "agui" is not available yet`},
+		{[]string{"--agent", "openai"}, nil, `agent "openai" is not available yet`},
+		{[]string{"--replicas", "0"}, nil, "want an integer from 1 to 5"},
+		{[]string{"--replicas", "3"}, nil, "--replicas 3 needs a NATS cluster (--nats-url)"},
+		{[]string{"--nats-url", "localhost"}, nil, `"localhost" is not a URL like nats://host:4222`},
+		{[]string{"--nats-url", "http://a:4222"}, nil, "scheme must be nats, tls, ws or wss"},
+		{[]string{"--addr", "8080"}, nil, "want host:port"},
+		{[]string{"--log-format", "xml"}, nil, "want auto, text or json"},
+		{[]string{"--log-level", "loud"}, nil, "want debug, info, warn or error"},
+		{[]string{"--agent-url", "http://up:1"}, nil, "--agent-url is used only with --agent agui or openai"},
+		{[]string{"--data-dir", ""}, nil, "must not be empty"},
+		{[]string{"--nats-creds", "a.creds"}, nil, "set --nats-url too"},
+		{[]string{"--nats-url", "nats://a:1", "--nats-tls-cert", "c.pem"}, nil, "--nats-tls-cert and --nats-tls-key go together"},
+		{[]string{"--port", "1"}, nil, "flag provided but not defined: -port"},
+		{[]string{"extra"}, nil, `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		_, err := parseServe(tt.args, env(tt.env), io.Discard)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("parseServe(%q) with env %v error = %v, want errUsage containing %q", tt.args, tt.env, err, tt.want)
+		}
+	}
+}
+
+func TestServeHelp(t *testing.T) {
+	for _, arg := range []string{"-h", "--help"} {
+		var out bytes.Buffer
+		_, err := parseServe([]string{arg}, env(nil), &out)
+		if !errors.Is(err, flag.ErrHelp) {
+			t.Fatalf("parseServe(%q) error = %v, want flag.ErrHelp", arg, err)
+		}
+		help := out.String()
+		for _, f := range serveFlags {
+			line := "--" + f.name + " (default "
+			if !strings.Contains(help, line) || !strings.Contains(help, f.env()) {
+				t.Errorf("help for %q lacks %q or %s:\n%s", arg, line, f.env(), help)
+			}
+		}
+		for _, want := range []string{"Examples:", "/readyz", "Authentication is not implemented yet"} {
+			if !strings.Contains(help, want) {
+				t.Errorf("help lacks %q", want)
+			}
+		}
+	}
+}
+
+func TestFlagEnvNames(t *testing.T) {
+	want := map[string]string{"idle-timeout": "WSGATEWAY_IDLE_TIMEOUT", "addr": "WSGATEWAY_ADDR", "nats-url": "WSGATEWAY_NATS_URL"}
+	for _, f := range serveFlags {
+		if w, ok := want[f.name]; ok && f.env() != w {
+			t.Errorf("env of --%s = %s, want %s", f.name, f.env(), w)
+		}
+	}
+}
