@@ -53,6 +53,18 @@
 //     metadata or the log, and a reaper whose claim was overtaken backs off. Expiry is judged
 //     by the reaper's clock: processes sharing a stream need clocks in step to well under
 //     LeaseTTL.
+//   - An outage spares live producers: a reaper claims expired leases only once JetStream
+//     has answered its store for a whole LeaseTTL (a disconnection or an unanswered request
+//     restarts the count), time for every live producer to renew. A lease names its owner
+//     and the run's generation, so a renewal refused because an earlier one was stored
+//     without its answer (requests made while reconnecting are sent after the reconnection)
+//     recognises the lease as still its own.
+//   - A Reader holds one ordered consumer, deleted when the Reader is closed or reaches the
+//     log's close (an inactivity threshold bounds what a crashed process leaves), since
+//     nats-server caps a stream's consumers (1000 by default; the embedded server lifts the
+//     cap).
+//   - Open retries creating the stream and buckets a few times when the cluster does not
+//     answer in time (a cluster just started, several gateways starting at once).
 //   - Retention is the stream's MaxAge and the buckets' TTL; a read of an aged-out or unknown
 //     run fails at once with ErrUnknownRun.
 package jetstream

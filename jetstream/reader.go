@@ -104,7 +104,10 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 		}
 	}
 	info, err := s.lookup(ctx, principal, runID)
-	if errors.Is(err, ErrUnknownRun) && after == FromStart && !snapshot {
+	// A join may precede the run's creation; a resume from an offset of this stream may be
+	// served by a bucket replica that has not applied the run's metadata yet (KV gets are
+	// direct gets): both wait up to JoinWait for the run to appear.
+	if errors.Is(err, ErrUnknownRun) && ((after == FromStart && !snapshot) || (after != FromNow && pos.tag == offsetTag(s.epoch, logKey(principal, runID)))) {
 		deadline := time.Now().Add(s.cfg.JoinWait)
 		for errors.Is(err, ErrUnknownRun) && time.Now().Before(deadline) {
 			if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
@@ -182,7 +185,7 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 			return r, nil
 		}
 	}
-	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: time.Minute}
+	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: readerInactiveThreshold}
 	if start > 1 {
 		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, start
 	}
@@ -194,6 +197,12 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 	}
 	return r, nil
 }
+
+// readerInactiveThreshold is how long the server keeps a reader's consumer once nobody pulls
+// from it: Reader.Close deletes it at once, this bounds what a crashed process leaves. A
+// stream has a bounded number of consumers (nats-server's default: 1000), so they must not
+// outlive their readers by much.
+const readerInactiveThreshold = 15 * time.Second
 
 // msgGen returns the run generation a message belongs to.
 func msgGen(h nats.Header) uint64 {
@@ -267,10 +276,22 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 	return e, nil
 }
 
+// stop stops the iterator and deletes the consumer (once), so that a stream's consumer count
+// follows its open readers.
 func (r *Reader) stop() {
 	r.stopOnce.Do(func() {
-		if r.it != nil {
-			r.it.Stop()
+		if r.it == nil {
+			return
+		}
+		r.it.Stop()
+		info := r.cons.CachedInfo()
+		if info == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(r.s.ctx, r.s.cfg.PublishTimeout)
+		defer cancel()
+		if err := r.s.stream.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
+			r.s.log.Debug("jetstream: deleting a reader's consumer", keyErr, err)
 		}
 	})
 }

@@ -94,22 +94,55 @@ func (s *Store) reapLoop() {
 
 // reap closes the logs of open runs whose lease expired: their producer died or was cut off.
 // Reapers of several stores claim a run by a compare-and-set on its lease, so one reaps it.
+//
+// A lease that expired while JetStream did not answer (NATS down, no quorum) may belong to a
+// live producer that could not renew it either: the reaper claims expired leases only once
+// JetStream has answered this store for a whole LeaseTTL, time for every live producer to
+// renew (every LeaseTTL/3).
 func (s *Store) reap(ctx context.Context, seen map[string]leaseSeen) {
 	now := time.Now().UnixMilli()
+	settled := false
 	for key, l := range seen {
 		if now < l.expires {
 			continue
 		}
+		if !settled {
+			if !s.jsSettled(ctx) {
+				return
+			}
+			settled = true
+		}
 		claim := mustJSON(lease{Owner: s.cfg.Owner + " reaper", Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli()})
 		rev, err := s.leases.Update(ctx, key, claim, l.revision)
-		if err != nil {
+		if isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound) {
 			continue // renewed or claimed meanwhile: the watcher brings the news
+		}
+		if err != nil {
+			s.jsFailed()
+			return
 		}
 		seen[key] = leaseSeen{expires: now + s.cfg.LeaseTTL.Milliseconds(), revision: rev}
 		if err := s.reapRun(ctx, key, rev); err != nil && ctx.Err() == nil {
 			s.log.Warn("jetstream: reap run", keyRun, key, keyErr, err)
 		}
 	}
+}
+
+// jsSettled reports whether JetStream has answered this store for at least LeaseTTL. When
+// nothing tells whether it answers now, it asks (the lease bucket's status), and the LeaseTTL
+// counts from that answer.
+func (s *Store) jsSettled(ctx context.Context) bool {
+	since := s.answering.Load()
+	if since == 0 {
+		pctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
+		_, err := s.leases.Status(pctx)
+		cancel()
+		if err == nil {
+			s.jsAnswered()
+		}
+		return false
+	}
+	return time.Now().UnixMilli()-since >= s.cfg.LeaseTTL.Milliseconds()
 }
 
 // reapRun appends the producer_lost terminal and the close record to the run's log, fenced

@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -149,6 +150,9 @@ const (
 	keyRun = "run"
 )
 
+// openAttempts bounds Open's attempts to create the stream and buckets.
+const openAttempts = 4
+
 const (
 	epochMetaKey = "wsgateway_epoch"
 	hdrGen       = "Wsg-Gen"
@@ -173,6 +177,11 @@ type Store struct {
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background loops
 
+	// answering is since when (Unix ms) JetStream has been answering this store's requests,
+	// 0 while it does not (a disconnection or a failed request resets it): the reaper
+	// spares leases that expired while their producers could not renew them.
+	answering atomic.Int64
+
 	mu      sync.Mutex
 	writers map[*Writer]struct{}
 	closed  bool
@@ -193,6 +202,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(100 * time.Millisecond),
 		nats.ReconnectJitter(50*time.Millisecond, 200*time.Millisecond),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { s.answering.Store(0) }),
 	}
 	if url == "" {
 		ns, err := startEmbedded(cfg)
@@ -231,9 +241,24 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if s.js, err = natsjs.New(s.nc); err != nil {
 		return fail(err)
 	}
-	if err := s.ensure(ctx); err != nil {
-		return fail(err)
+	// Creating a replicated stream and its buckets on a busy or just started cluster may
+	// time out, more so when several processes start at once: retry what may be transient.
+	for attempt := 1; ; attempt++ {
+		err := s.ensure(ctx)
+		if err == nil {
+			break
+		}
+		if attempt == openAttempts || !retryable(err) || ctx.Err() != nil {
+			return fail(err)
+		}
+		s.log.Warn("jetstream: creating the stream and buckets, retrying", keyErr, err)
+		select {
+		case <-time.After(time.Duration(attempt) * time.Second):
+		case <-ctx.Done():
+			return fail(ctx.Err())
+		}
 	}
+	s.jsAnswered()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(2)
 	go s.renewLoop()
@@ -260,8 +285,11 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 		Port:       p,
 		JetStream:  true,
 		StoreDir:   cfg.DataDir,
-		NoSigs:     true,
-		NoLog:      true,
+		// Every open Reader holds a consumer: no cap on a stream's consumers (the
+		// server's default is 1000).
+		JetStreamLimits: server.JSLimitOpts{DefaultMaxConsumers: -1},
+		NoSigs:          true,
+		NoLog:           true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("embedded server: %w", err)
@@ -278,15 +306,19 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 // ensure creates or updates the stream and the buckets, and learns the stream's epoch.
 func (s *Store) ensure(ctx context.Context) error {
 	want := natsjs.StreamConfig{
-		Name:        s.cfg.Stream,
-		Subjects:    []string{s.cfg.SubjectPrefix + ".>"},
-		Storage:     natsjs.FileStorage,
-		Retention:   natsjs.LimitsPolicy,
-		Discard:     natsjs.DiscardOld,
-		MaxAge:      s.cfg.Retention,
-		Duplicates:  s.cfg.DedupWindow,
-		Replicas:    s.cfg.Replicas,
-		AllowDirect: true,
+		Name:       s.cfg.Stream,
+		Subjects:   []string{s.cfg.SubjectPrefix + ".>"},
+		Storage:    natsjs.FileStorage,
+		Retention:  natsjs.LimitsPolicy,
+		Discard:    natsjs.DiscardOld,
+		MaxAge:     s.cfg.Retention,
+		Duplicates: s.cfg.DedupWindow,
+		Replicas:   s.cfg.Replicas,
+		// Message gets go to the stream's leader. Direct gets may be answered by a
+		// replica that has not applied the last writes yet: a resume from an offset just
+		// acknowledged would be refused as past the end, and a publish retry could miss
+		// its own stored message.
+		AllowDirect: false,
 	}
 	for attempt := 0; s.stream == nil; attempt++ {
 		if attempt == 5 {
@@ -317,7 +349,7 @@ func (s *Store) ensure(ctx context.Context) error {
 		}
 		if have.Metadata[epochMetaKey] != cfg.Metadata[epochMetaKey] || have.MaxAge != want.MaxAge ||
 			have.Duplicates != want.Duplicates || have.Replicas != want.Replicas ||
-			!have.AllowDirect || len(have.Subjects) != 1 || have.Subjects[0] != want.Subjects[0] {
+			have.AllowDirect != want.AllowDirect || len(have.Subjects) != 1 || have.Subjects[0] != want.Subjects[0] {
 			if st, err = s.js.UpdateStream(ctx, cfg); err != nil {
 				return fmt.Errorf("update stream %s: %w", s.cfg.Stream, err)
 			}
@@ -422,6 +454,17 @@ func (s *Store) sleep(ctx context.Context, d time.Duration) error {
 	case <-s.ctx.Done():
 		return ErrClosed
 	}
+}
+
+// jsAnswered records that JetStream answered a request (a refusal is an answer too).
+func (s *Store) jsAnswered() {
+	s.answering.CompareAndSwap(0, time.Now().UnixMilli())
+}
+
+// jsFailed records that a JetStream request got no answer (a timeout, no responders, a
+// disconnection).
+func (s *Store) jsFailed() {
+	s.answering.Store(0)
 }
 
 func randomHex(n int) string {

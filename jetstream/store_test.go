@@ -86,6 +86,17 @@ func TestReadErrors(t *testing.T) {
 		t.Fatal(err)
 	}
 	offs := mustAppend(t, w, [][]byte{event("r1", 0), event("r1", 1)})
+	// upper is a valid offset spelt in upper case: append, one message at a time, until an
+	// offset has a hex letter to change (its sequence reaches 0xa at the latest).
+	var upper string
+	for i := 2; i < 20 && upper == ""; i++ {
+		if o := mustAppend(t, w, [][]byte{event("r1", i)})[0]; strings.ToUpper(o) != o {
+			upper = strings.ToUpper(o)
+		}
+	}
+	if upper == "" {
+		t.Fatal("no offset with a hex letter after 20 appends")
+	}
 	w2, err := s.Create(ctx, "alice", "r2", "t")
 	if err != nil {
 		t.Fatal(err)
@@ -109,7 +120,7 @@ func TestReadErrors(t *testing.T) {
 		{"another principal offset", "bob", "r1", offs[0], ErrUnknownRun},
 		{"malformed", "alice", "r1", "12", ErrInvalidOffset},
 		{"empty", "alice", "r1", "", ErrInvalidOffset},
-		{"uppercase", "alice", "r1", strings.ToUpper(offs[0]), ErrInvalidOffset},
+		{"uppercase", "alice", "r1", upper, ErrInvalidOffset},
 		{"foreign run", "alice", "r1", foreign, ErrInvalidOffset},
 		{"past the end idx", "alice", "r1", pastIdx.String(), ErrInvalidOffset},
 		{"past the end seq", "alice", "r1", pastSeq.String(), ErrInvalidOffset},

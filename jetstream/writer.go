@@ -42,6 +42,8 @@ type RunInfo struct {
 type lease struct {
 	Owner   string `json:"owner"`
 	Expires int64  `json:"expires"` // Unix milliseconds
+	// Gen is the generation of the run the owner writes (0 in a reaper's claim).
+	Gen uint64 `json:"gen,omitempty"`
 }
 
 // Writer appends to one run's log. Append and Lost are safe for concurrent use; Close is
@@ -113,12 +115,12 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 		}
 		// The lease is taken before the metadata names the new generation: a reaper that
 		// claimed the old, expired lease sees the change and backs off.
-		leaseRev, err = s.leases.Put(ctx, key, mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli()}))
+		info.Generation = old.Generation + 1
+		leaseRev, err = s.leases.Put(ctx, key, mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation}))
 		if err != nil {
 			return nil, fmt.Errorf("create: lease: %w", err)
 		}
 		info.Created = time.Now().UTC()
-		info.Generation = old.Generation + 1
 		if e == nil {
 			_, err = s.meta.Create(ctx, key, mustJSON(info))
 		} else {
@@ -466,8 +468,16 @@ func (w *Writer) renew(ctx context.Context) {
 	if released {
 		return
 	}
-	val := mustJSON(lease{Owner: w.s.cfg.Owner, Expires: time.Now().Add(w.s.cfg.LeaseTTL).UnixMilli()})
+	val := mustJSON(lease{Owner: w.s.cfg.Owner, Expires: time.Now().Add(w.s.cfg.LeaseTTL).UnixMilli(), Gen: w.info.Generation})
 	rev, err := w.s.leases.Update(ctx, w.key, val, rev)
+	if isWrongLastSeq(err) {
+		// A renewal sent while the connection was down is sent after it reconnects: it may
+		// have been stored although its answer was lost. The lease is still ours if it
+		// names this writer.
+		if own, ok := w.ownLease(ctx); ok {
+			rev, err = w.s.leases.Update(ctx, w.key, val, own)
+		}
+	}
 	w.mu.Lock()
 	released = w.released
 	if err == nil && !released {
@@ -476,11 +486,28 @@ func (w *Writer) renew(ctx context.Context) {
 	w.mu.Unlock()
 	switch {
 	case err == nil || released: // Close may have released the lease meanwhile
+		w.s.jsAnswered()
 	case isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound):
+		w.s.jsAnswered()
 		w.fail(ErrLeaseLost)
 	default:
+		w.s.jsFailed()
 		w.s.log.Warn("jetstream: lease renewal failed", keyRun, w.info.RunID, keyErr, err)
 	}
+}
+
+// ownLease returns the revision of the run's lease if it names this writer (its store and
+// its generation).
+func (w *Writer) ownLease(ctx context.Context) (uint64, bool) {
+	e, err := w.s.leases.Get(ctx, w.key)
+	if err != nil {
+		return 0, false
+	}
+	var l lease
+	if json.Unmarshal(e.Value(), &l) != nil || l.Owner != w.s.cfg.Owner || l.Gen != w.info.Generation {
+		return 0, false
+	}
+	return e.Revision(), true
 }
 
 func mustJSON(v any) []byte {
