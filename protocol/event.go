@@ -94,7 +94,7 @@ type Event struct {
 	typ EventType
 	raw []byte
 	m   []member
-	buf [6]member // backs m for small events: one allocation per event
+	buf [4]member // backs m for events of up to 4 members (most): one allocation per event
 }
 
 // Type returns the event's "type" ("" when it has no string type).

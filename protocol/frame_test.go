@@ -2,6 +2,7 @@ package protocol
 
 import (
 	"errors"
+	"strings"
 	"testing"
 )
 
@@ -21,6 +22,10 @@ func TestDecodeClientFrame(t *testing.T) {
 		{name: "not an object", in: `[1]`, wantErr: "run input must be a JSON object, not array"},
 		{name: "empty threadId", in: `{"threadId":"","runId":"r","messages":[]}`, wantErr: "threadId: required non-empty string"},
 		{name: "runId not a string", in: `{"threadId":"t","runId":1,"messages":[]}`, wantErr: "runId: required non-empty string"},
+		{name: "runId with a NUL", in: `{"threadId":"t","runId":"r\u0000","messages":[]}`, wantErr: "runId: must be printable UTF-8 of at most 512 bytes"},
+		{name: "runId with CR LF", in: `{"threadId":"t","runId":"r\r\n","messages":[]}`, wantErr: "runId: must be printable UTF-8 of at most 512 bytes"},
+		{name: "runId of 513 bytes", in: `{"threadId":"t","runId":"` + strings.Repeat("r", 513) + `","messages":[]}`, wantErr: "runId: must be printable UTF-8 of at most 512 bytes"},
+		{name: "runId of 512 bytes", in: `{"threadId":"t","runId":"` + strings.Repeat("r", 512) + `","messages":[]}`, kind: FrameRun, runID: strings.Repeat("r", 512)},
 		{name: "messages missing", in: `{"threadId":"t","runId":"r"}`, wantErr: "messages: required array"},
 		{name: "bad role", in: `{"threadId":"t","runId":"r","messages":[{"id":"a","role":"user","content":"x"},{"id":"b","role":"user","content":"x"},{"id":"c","role":"robot"}]}`, wantErr: "messages[2].role: must be one of developer, system, assistant, user, tool, activity, reasoning"},
 		{name: "message id", in: `{"threadId":"t","runId":"r","messages":[{"role":"user","content":"x"}]}`, wantErr: "messages[0].id: required string"},

@@ -138,6 +138,9 @@ func decodeInput(raw []byte) (*RunAgentInput, error) {
 		}
 		*f.dst = unquote(v)
 	}
+	if !ValidRunID(in.RunID) {
+		return nil, inputErr("runId", fmt.Sprintf("must be printable UTF-8 of at most %d bytes", MaxRunIDLen))
+	}
 	if v := present(lookup(ms, "parentRunId")); v != nil {
 		if !isString(v) {
 			return nil, inputErr("parentRunId", "must be a string")
