@@ -58,9 +58,8 @@ type conn struct {
 	room        chan struct{} // closed when the writer takes frames, for a waiting producer
 	wg          sync.WaitGroup
 
-	// Conversation sockets only, guarded by mu.
-	slots map[string]*slot
-	early earlyAborts
+	turns   turnSet         // conversation sockets only
+	turnCtx context.Context // values for its turns' agents (Config.TurnContext); nil: none
 }
 
 func newConn(s *Server, ws *websocket.Conn, kind metrics.SocketKind, principal string, log *slog.Logger) *conn {

@@ -1,8 +1,16 @@
-// Package conversation serves the gateway's WebSocket endpoint, GET /ws (PROTOCOL.md
-// sections 2 and 3).
+// Package conversation serves the gateway's client endpoints: the WebSocket endpoint GET /ws
+// (PROTOCOL.md sections 2 and 3) and the HTTP transports beside it (section 5).
 //
 // New builds a Server from a Config; Server.ServeHTTP upgrades a request to a socket and
-// serves it until it closes; Server.Shutdown closes every socket and drains the turns.
+// serves it until it closes; Server.HTTPHandler(SSE or NDJSON) returns the HTTP transport;
+// Server.Shutdown closes every socket and drains the turns.
+//
+// Both transports share one turn-starting path and one replay path, so a turn started on
+// either is the same turn in the same log: Server.startTurn (turns.go) takes a valid
+// RunAgentInput through the resubmit rule, the log's creation (Store.Create, which refuses
+// another principal's runId) and turn.Start; Server.replay (resume.go) reads a log strictly
+// after an offset until the log is closed, retrying transient read failures after the last
+// offset sent. Config.Principal authenticates both transports.
 //
 // A request without an offset query parameter becomes a conversation socket: text frames
 // are abort frames or run frames (protocol.DecodeClientFrame). A run frame starts a turn
@@ -29,6 +37,34 @@
 //	1011 "resume failed"          the log could not be read
 //	1012 "service restart"        Shutdown (every socket)
 //	1013 "slow consumer"          the outbound queue overflowed (conversation sockets)
+//
+// HTTP transport (http.go): the path chooses the framing, since the reference clients'
+// SSE and NDJSON adapters send identical requests. SSE writes "id: <offset>" and
+// "data: <event>" lines, NDJSON one envelope {"id":"<offset>","chunk":<event>} per line; a
+// bare event (invalid input, forbidden, log unavailable) has no id. Requests:
+//
+//	POST, RunAgentInput body          starts the turn as a run frame does and streams it live;
+//	                                  the turn outlives the response (X-Run-Id, when sent, must
+//	                                  equal the body's runId)
+//	POST with Last-Event-ID           a resume: replays the log of X-Run-Id (else the body's
+//	                                  runId) strictly after the offset; no agent runs
+//	GET ?runId=&offset=               replays and tails (offset: minted, -1 or now;
+//	                                  Last-Event-ID wins over it)
+//
+// A response ends when the log is closed. Refusals: 400 (body not JSON, an abort frame,
+// X-Run-Id mismatch, missing or bad runId or offset; without any offset the message says
+// what is expected), 401 (Config.Principal failed), 403 (an Origin header of another host
+// that no Config.OriginPatterns entry matches), 404 (unknown or expired run, or another
+// principal's), 405, 413 (body over Config.ReadLimit), 503 (Shutdown began). An invalid
+// RunAgentInput or another principal's runId is answered as on a socket: a 200 stream
+// holding one bare RUN_ERROR (code invalid_input or forbidden). Heartbeats come from the
+// same wheel (SSE ": ping" comments, blank NDJSON lines); a stream whose writes stall for the
+// pong timeout ends. A live stream's queue has the socket's caps; a turn's frame that does
+// not fit stops live delivery and the stream continues from the log after the last offset
+// it queued (counted as a slow_consumer drop), so a slow client is never cut. Shutdown ends
+// replaying streams at once and lets live ones follow their turn to its end (drained, or
+// stopped with RUN_ERROR code shutdown). HTTP turns are keyed by principal and runId for
+// the resubmit rule; Config.AbortOnDisconnect aborts a POST's turn when its client leaves.
 //
 // A peer that does not answer a protocol ping within the pong timeout is dropped without a
 // close handshake (it would not answer one either).

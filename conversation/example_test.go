@@ -12,7 +12,7 @@ import (
 	"github.com/wsgateway/wsgateway/jetstream"
 )
 
-// The wiring of GET /ws: a run log store, an agent, the socket server, and a graceful
+// The wiring of GET /ws and the HTTP transports: a run log store, an agent, the socket server, and a graceful
 // shutdown that drains running turns for ten seconds.
 func Example() {
 	ctx := context.Background()
@@ -31,6 +31,11 @@ func Example() {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", srv)
+	// The HTTP transports of the same turns (PROTOCOL.md section 5).
+	for path, framing := range map[string]conversation.Framing{"/api/chat": conversation.SSE, "/api/chat/ndjson": conversation.NDJSON} {
+		mux.Handle("POST "+path, srv.HTTPHandler(framing))
+		mux.Handle("GET "+path, srv.HTTPHandler(framing))
+	}
 	hs := &http.Server{Addr: "127.0.0.1:8080", Handler: mux}
 	go hs.ListenAndServe()
 

@@ -139,6 +139,7 @@ type envOptions struct {
 	abortOnDisconnect bool
 	heartbeat         heartbeat.Config
 	queueSize         int
+	serverTimeout     time.Duration // http.Server ReadTimeout and WriteTimeout; 0: none
 	// wrap, if set, wraps the Store the Server uses.
 	wrap func(conversation.Store) conversation.Store
 }
@@ -186,7 +187,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", srv)
-	hs := httptest.NewServer(mux)
+	mux.Handle("/api/chat", srv.HTTPHandler(conversation.SSE))
+	mux.Handle("/api/chat/ndjson", srv.HTTPHandler(conversation.NDJSON))
+	hs := httptest.NewUnstartedServer(mux)
+	hs.Config.ReadTimeout, hs.Config.WriteTimeout = o.serverTimeout, o.serverTimeout
+	hs.Start()
 	e := &env{store: store, srv: srv, http: hs, reg: reg}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

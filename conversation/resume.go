@@ -6,8 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/coder/websocket"
 
@@ -56,25 +54,12 @@ func checkResume(runID, offset string) string {
 	switch {
 	case offset == "":
 		return "no resume offset"
-	case !validRunID(runID):
+	case !protocol.ValidRunID(runID):
 		return "invalid runId"
 	case !validOffset(offset):
 		return "invalid offset"
 	}
 	return ""
-}
-
-// validRunID accepts non-empty printable UTF-8 of bounded length.
-func validRunID(s string) bool {
-	if s == "" || len(s) > maxRunIDLen || !utf8.ValidString(s) {
-		return false
-	}
-	for _, r := range s {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
 }
 
 // validOffset rejects what no minted offset contains (PROTOCOL.md section 3); the Store
@@ -101,10 +86,36 @@ const (
 	replayBackoff  = 100 * time.Millisecond
 )
 
-// replay sends the log's envelopes, then closes the socket: 1000 after the log's close, or
-// the close code of the failure.
+// replay sends the log's envelopes through the Server's one replay path, then closes the
+// socket: 1000 after the log's close, or the close code of the failure.
 func (c *conn) replay(ctx context.Context, runID, offset string) metrics.ResumeResult {
 	defer c.hb.TurnEnded()
+	send := func(ctx context.Context, off string, ev []byte) error {
+		return c.send(ctx, protocol.AppendEnvelope(nil, off, ev))
+	}
+	r := c.srv.replay(ctx, c.principal, runID, offset, c.log, nil, send)
+	switch r {
+	case metrics.ResumeCompleted:
+		c.requestClose(websocket.StatusNormalClosure, "", true)
+	case metrics.ResumeBadRequest:
+		c.requestClose(websocket.StatusPolicyViolation, "invalid offset", false)
+	case metrics.ResumeUnknownRun:
+		c.requestClose(StatusUnknownRun, "unknown or expired run", false)
+	case metrics.ResumeFailed:
+		c.requestClose(websocket.StatusInternalError, "resume failed", true)
+	}
+	return r
+}
+
+// replay is the one replay path, for resume sockets and HTTP streams alike: it reads runID's
+// log strictly after offset and hands every event to send, in order, until the log is
+// closed (ResumeCompleted). opened, if set, is called each time the log was opened, before
+// the events read from it. A send error ends the replay as ResumeInterrupted, as does ctx.
+// Failures to open or read the log are retried after the last offset sent
+// (replayAttempts), then end it as ResumeFailed; a bad offset is ResumeBadRequest, an
+// unknown run (or another principal's) ResumeUnknownRun.
+func (srv *Server) replay(ctx context.Context, principal, runID, offset string, log *slog.Logger,
+	opened func(), send func(ctx context.Context, offset string, event []byte) error) metrics.ResumeResult {
 	after := offset
 	var err error
 	for attempt := 0; attempt < replayAttempts; attempt++ {
@@ -116,52 +127,52 @@ func (c *conn) replay(ctx context.Context, runID, offset string) metrics.ResumeR
 			}
 		}
 		var r Reader
-		r, err = c.srv.cfg.Store.Read(ctx, c.principal, runID, after)
+		r, err = srv.cfg.Store.Read(ctx, principal, runID, after)
 		switch {
 		case err == nil:
 		case errors.Is(err, ErrInvalidOffset):
-			c.requestClose(websocket.StatusPolicyViolation, "invalid offset", false)
 			return metrics.ResumeBadRequest
 		case errors.Is(err, ErrUnknownRun):
-			c.requestClose(StatusUnknownRun, "unknown or expired run", false)
 			return metrics.ResumeUnknownRun
 		case ctx.Err() != nil:
 			return metrics.ResumeInterrupted
 		default:
-			c.log.Info("resume: opening the log", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
+			log.Info("resume: opening the log", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
 			continue
 		}
-		var done bool
-		after, done, err = c.forward(ctx, r, after)
+		if opened != nil {
+			opened()
+		}
+		var done, sendFailed bool
+		after, done, sendFailed, err = forward(ctx, r, after, send)
 		r.Close()
 		switch {
 		case done:
-			c.requestClose(websocket.StatusNormalClosure, "", true)
 			return metrics.ResumeCompleted
-		case ctx.Err() != nil || errors.Is(err, errSocketClosed):
+		case ctx.Err() != nil || sendFailed:
 			return metrics.ResumeInterrupted
 		}
-		c.log.Info("resume: reading the log", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
+		log.Info("resume: reading the log", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
 	}
-	c.log.Warn("resume failed", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
-	c.requestClose(websocket.StatusInternalError, "resume failed", true)
+	log.Warn("resume failed", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
 	return metrics.ResumeFailed
 }
 
-// forward sends r's envelopes until the log's end (done) or an error, and returns the offset
-// of the last envelope sent (after, when none was).
-func (c *conn) forward(ctx context.Context, r Reader, after string) (last string, done bool, err error) {
+// forward sends r's events until the log's end (done) or an error, and returns the offset
+// of the last event sent (after, when none was); sendFailed tells a send error from a read
+// error.
+func forward(ctx context.Context, r Reader, after string, send func(context.Context, string, []byte) error) (last string, done, sendFailed bool, err error) {
 	last = after
 	for {
 		off, ev, err := r.Next(ctx)
 		if errors.Is(err, io.EOF) {
-			return last, true, nil
+			return last, true, false, nil
 		}
 		if err != nil {
-			return last, false, err
+			return last, false, false, err
 		}
-		if err := c.send(ctx, protocol.AppendEnvelope(nil, off, ev)); err != nil {
-			return last, false, err
+		if err := send(ctx, off, ev); err != nil {
+			return last, false, true, err
 		}
 		last = off
 	}

@@ -54,7 +54,6 @@ const (
 	DefaultEarlyAbortTTL = 30 * time.Second
 	DefaultResubmitWait  = 10 * time.Second
 	DefaultPrincipal     = "anonymous"
-	maxRunIDLen          = 512
 )
 
 // Config configures a Server. Store and Agent are required; zero fields mean the documented
@@ -88,6 +87,12 @@ type Config struct {
 	ResubmitWait time.Duration
 	// TurnCloseTimeout bounds a turn's final flush and close (turn.DefaultCloseTimeout).
 	TurnCloseTimeout time.Duration
+	// TurnLimits bound what every turn may store in its log (zero fields: turn's defaults).
+	TurnLimits turn.Limits
+	// TurnContext, if set, returns the values handed to the agent of every turn that the
+	// request starts (e.g. agent.WithClientHeader with the handshake's headers); it is
+	// called once per conversation socket or HTTP turn, and its cancellation is ignored.
+	TurnContext func(r *http.Request) context.Context
 	// AbortOnDisconnect aborts a conversation socket's turns when the socket closes, as
 	// @tanstack/ai's own server does. By default turns outlive their socket (PROTOCOL.md
 	// section 2, step 7).
@@ -113,12 +118,15 @@ type Server struct {
 	mu       sync.Mutex
 	closing  bool
 	conns    map[*conn]struct{}
+	streams  map[*httpStream]struct{}
 	turns    map[*turn.Turn]struct{}
-	connWG   sync.WaitGroup // socket handlers
+	connWG   sync.WaitGroup // socket and HTTP handlers
 	startWG  sync.WaitGroup // run frames being started
 	turnWG   sync.WaitGroup // running turns
 	shutOnce sync.Once
 	shutDone chan struct{}
+
+	httpTurns turnSet // turns started over HTTP, keyed by principal and runId
 }
 
 // New validates cfg and returns a Server. Shutdown releases it.
@@ -171,6 +179,7 @@ func New(cfg Config) (*Server, error) {
 		ctx:      ctx,
 		cancel:   cancel,
 		conns:    make(map[*conn]struct{}),
+		streams:  make(map[*httpStream]struct{}),
 		turns:    make(map[*turn.Turn]struct{}),
 		shutDone: make(chan struct{}),
 	}, nil
@@ -203,21 +212,19 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if q.Has("offset") {
 		kind = metrics.SocketResume
 	}
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
+	if !s.beginConn() {
 		http.Error(w, "service restart", http.StatusServiceUnavailable)
 		return
 	}
-	s.connWG.Add(1)
-	s.mu.Unlock()
-
 	ws, err := websocket.Accept(smallBuffers{w}, r, &s.accept)
 	if err != nil {
 		s.connWG.Done()
 		return // Accept answered the request
 	}
 	c := newConn(s, ws, kind, principal, s.log.With(slog.String(keyKind, string(kind)), slog.String(keyRemote, r.RemoteAddr)))
+	if kind == metrics.SocketConversation {
+		c.turnCtx = s.turnContext(r)
+	}
 	s.mu.Lock()
 	closing := s.closing
 	if !closing {
@@ -230,6 +237,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// The socket's reader is a goroutine of its own, so that net/http's goroutine returns and
 	// frees its grown stack, the request and the response buffers of the handshake.
 	go s.serve(c, q.Get("runId"), q.Get("offset"))
+}
+
+// turnContext returns the values for the agents of the turns r starts, nil for none.
+func (s *Server) turnContext(r *http.Request) context.Context {
+	if s.cfg.TurnContext == nil {
+		return nil
+	}
+	return s.cfg.TurnContext(r)
 }
 
 // serve runs a socket's reader until the socket closes. Shutdown waits for it.
@@ -262,9 +277,16 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for c := range s.conns {
 			conns = append(conns, c)
 		}
+		streams := make([]*httpStream, 0, len(s.streams))
+		for st := range s.streams {
+			streams = append(streams, st)
+		}
 		s.mu.Unlock()
 		for _, c := range conns {
 			c.requestClose(websocket.StatusServiceRestart, "service restart", false)
+		}
+		for _, st := range streams {
+			st.shutdown()
 		}
 		if !waitCtx(ctx, &s.startWG) || !waitCtx(ctx, &s.turnWG) {
 			err = ctx.Err()
@@ -301,7 +323,18 @@ func waitCtx(ctx context.Context, wg *sync.WaitGroup) bool {
 	}
 }
 
-// startTurn registers a run frame being started; it fails once Shutdown has begun.
+// beginConn registers a socket or HTTP handler; it fails once Shutdown has begun.
+func (s *Server) beginConn() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closing {
+		return false
+	}
+	s.connWG.Add(1)
+	return true
+}
+
+// beginStart registers a run being started; it fails once Shutdown has begun.
 func (s *Server) beginStart() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
