@@ -1,5 +1,10 @@
 // Package agent documents the producers of AG-UI events that the gateway runs for a turn; the
-// producers themselves live in its subpackages (demo, the built-in deterministic agent).
+// producers themselves live in its subpackages: demo (the built-in deterministic agent),
+// aguihttp (an AG-UI server over the standard HTTP transport) and openai (an OpenAI-compatible
+// Chat Completions server).
+//
+// WithClientHeader and ClientHeader carry the HTTP headers of the client's handshake in the
+// context an agent's Run is given, for the agents that forward chosen ones upstream.
 //
 // The contract is declared by its consumer, package turn:
 //
