@@ -45,6 +45,7 @@ const (
 	OutcomeProtocolViolation Outcome = "protocol_violation" // the verifier refused an event
 	OutcomeAborted           Outcome = "aborted"            // an abort frame or a resubmit
 	OutcomeShutdown          Outcome = "shutdown"           // the drain timeout expired
+	OutcomeLimitExceeded     Outcome = "limit_exceeded"     // the run exceeded a limit of its log
 	OutcomeLogFailed         Outcome = "log_failed"         // the log refused an append or lost its lease
 )
 
@@ -138,7 +139,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		m.openSockets.WithLabelValues(string(k))
 	}
 	for _, o := range []Outcome{OutcomeCompleted, OutcomeIncomplete, OutcomeAgentError,
-		OutcomeProtocolViolation, OutcomeAborted, OutcomeShutdown, OutcomeLogFailed} {
+		OutcomeProtocolViolation, OutcomeAborted, OutcomeShutdown, OutcomeLimitExceeded, OutcomeLogFailed} {
 		m.turnsEnded.WithLabelValues(string(o))
 	}
 	for _, r := range []ResumeResult{ResumeCompleted, ResumeBadRequest, ResumeUnknownRun,

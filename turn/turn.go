@@ -10,7 +10,8 @@
 //     (persist before deliver);
 //  3. when the agent's stream ends (not at the first RUN_FINISHED), appends the terminal the
 //     protocol demands: nothing if the sequence is terminated, else RUN_ERROR with code
-//     incomplete, agent_error, protocol_violation, aborted (Abort) or shutdown (Shutdown),
+//     incomplete, agent_error, protocol_violation, limit_exceeded, aborted (Abort) or
+//     shutdown (Shutdown),
 //     preceded by the synthetic ends of open chunk streams (protocol.Pipeline.Fail); never a
 //     RUN_ERROR right after a RUN_ERROR, which the verifier refuses (the log already ends
 //     with a terminal);
@@ -20,6 +21,16 @@
 // log itself failed (an append error or a lost lease): then the turn ends at once and, when
 // its terminal could not be stored, the sink receives a bare RUN_ERROR (code
 // log_unavailable).
+//
+// Limits (Config.Limits; defaults where it leaves a field zero) bound
+// what one run may store, since neither the agent nor the client is trusted with the log's
+// size: an event larger than Limits.MaxEventBytes, or one emitted once the run holds
+// Limits.MaxEvents events or would take it past Limits.MaxBytes bytes, is refused (emit
+// returns an error wrapping ErrLimit) and the turn ends with RUN_ERROR code limit_exceeded,
+// whose message names the limit. The limits are checked before each agent event, on the
+// events stored so far; an event that passes is stored whole, so a chunk expanded into up to
+// three events can take the run two events past MaxEvents. An agent that emits nothing for
+// Limits.IdleTimeout is cancelled, and the turn ends the same way.
 //
 // A Turn never blocks on its sink: Sink.Deliver must not block, and the log is the buffer.
 // The socket going away does not stop the turn; Detach only stops live delivery. After Abort
@@ -34,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -71,6 +83,7 @@ type Sink interface {
 var (
 	ErrStopped   = errors.New("turn: stopped")
 	ErrViolation = errors.New("turn: protocol violation")
+	ErrLimit     = errors.New("turn: limit exceeded")
 )
 
 // Terminal codes and messages of the RUN_ERROR events the turn appends itself.
@@ -81,6 +94,7 @@ const (
 	CodeAborted        = "aborted"
 	CodeShutdown       = "shutdown"
 	CodeLogUnavailable = "log_unavailable"
+	CodeLimitExceeded  = "limit_exceeded"
 
 	MsgIncomplete     = "agent stream ended without a terminal event"
 	MsgAborted        = "Request aborted"
@@ -91,6 +105,48 @@ const (
 // DefaultCloseTimeout bounds the final flush and close of the log.
 const DefaultCloseTimeout = 10 * time.Second
 
+// Defaults of Limits' zero fields.
+const (
+	DefaultMaxEvents     = 100_000
+	DefaultMaxBytes      = 64 << 20
+	DefaultMaxEventBytes = 1 << 20
+	DefaultIdleTimeout   = 5 * time.Minute
+)
+
+// Limits bound what the agent of one run may store in the run's log. Zero fields mean the
+// defaults; negative ones are invalid. The gateway's own run.accepted marker and terminal
+// events are not counted.
+type Limits struct {
+	// MaxEvents caps the events stored for the agent (after chunk expansion); default
+	// 100000. Its name in messages is max-run-events.
+	MaxEvents int
+	// MaxBytes caps the bytes of those events; default 64 MiB (max-run-bytes).
+	MaxBytes int64
+	// MaxEventBytes caps one event as the agent emits it; default 1 MiB (max-event-bytes).
+	MaxEventBytes int
+	// IdleTimeout caps the time the agent may emit nothing, from its start or its last event;
+	// default 5 min (agent-idle-timeout). Then the agent is cancelled and the turn ends with
+	// RUN_ERROR code limit_exceeded.
+	IdleTimeout time.Duration
+}
+
+// orDefaults returns l with its zero fields taken from d, else from the package defaults.
+func (l Limits) orDefaults() Limits {
+	return Limits{
+		MaxEvents:     orDefault(l.MaxEvents, DefaultMaxEvents),
+		MaxBytes:      orDefault(l.MaxBytes, DefaultMaxBytes),
+		MaxEventBytes: orDefault(l.MaxEventBytes, DefaultMaxEventBytes),
+		IdleTimeout:   orDefault(l.IdleTimeout, DefaultIdleTimeout),
+	}
+}
+
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	if v != 0 {
+		return v
+	}
+	return def
+}
+
 // Config describes a turn. Input, Agent and Log are required.
 type Config struct {
 	Input        *protocol.RunAgentInput
@@ -100,12 +156,16 @@ type Config struct {
 	Logger       *slog.Logger     // nil: discard
 	Metrics      *metrics.Metrics // nil: none
 	CloseTimeout time.Duration    // bound on the final flush and close; default 10s
+	Limits       Limits           // zero fields: the defaults
+	// Context carries values for the agent (e.g. the client's handshake headers,
+	// agent.WithClientHeader); its cancellation is ignored. nil: none.
+	Context context.Context
 	// OnEnd, if set, is called once from the driver goroutine when the turn has ended and its
 	// log is closed, just before Done is closed.
 	OnEnd func(metrics.Outcome)
 }
 
-// ErrConfig reports a Config without Input, Agent or Log.
+// ErrConfig reports a Config without Input, Agent or Log, or with negative limits.
 var ErrConfig = errors.New("turn: invalid config")
 
 // stop reasons, in the order they win when they race.
@@ -123,7 +183,9 @@ type Turn struct {
 	log    *slog.Logger
 	stopCh chan stopReason // buffered 1: the first stop request wins
 	failCh chan error      // buffered 1: the first log failure
-	done   chan struct{}
+	// activity is signalled (buffered 1, never blocking) by every emit, for the idle timer.
+	activity chan struct{}
+	done     chan struct{}
 
 	sinkMu sync.Mutex
 	sink   Sink
@@ -132,6 +194,9 @@ type Turn struct {
 	pipe      *protocol.Pipeline
 	stopped   bool               // emit refuses events
 	violation error              // the verifier's refusal
+	limit     error              // the limit the agent's output exceeded
+	events    int                // events stored for the agent
+	bytes     int64              // their bytes
 	lastType  protocol.EventType // of the last event appended
 	pending   sync.WaitGroup
 
@@ -143,6 +208,13 @@ func Start(cfg Config) (*Turn, error) {
 	if cfg.Input == nil || cfg.Agent == nil || cfg.Log == nil {
 		return nil, ErrConfig
 	}
+	if l := cfg.Limits; l.MaxEvents < 0 || l.MaxBytes < 0 || l.MaxEventBytes < 0 || l.IdleTimeout < 0 {
+		return nil, fmt.Errorf("%w: negative limit", ErrConfig)
+	}
+	cfg.Limits = cfg.Limits.orDefaults()
+	if cfg.Context == nil {
+		cfg.Context = context.Background()
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -150,13 +222,14 @@ func Start(cfg Config) (*Turn, error) {
 		cfg.CloseTimeout = DefaultCloseTimeout
 	}
 	t := &Turn{
-		cfg:    cfg,
-		log:    cfg.Logger,
-		stopCh: make(chan stopReason, 1),
-		failCh: make(chan error, 1),
-		done:   make(chan struct{}),
-		sink:   cfg.Sink,
-		pipe:   protocol.NewPipeline(protocol.PipelineOptions{Upgrade: true}),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		stopCh:   make(chan stopReason, 1),
+		failCh:   make(chan error, 1),
+		activity: make(chan struct{}, 1),
+		done:     make(chan struct{}),
+		sink:     cfg.Sink,
+		pipe:     protocol.NewPipeline(protocol.PipelineOptions{Upgrade: true}),
 	}
 	cfg.Metrics.TurnStarted()
 	go t.drive()
@@ -256,14 +329,40 @@ func (t *Turn) emit(data []byte) error {
 	if t.stopped {
 		return ErrStopped
 	}
+	select {
+	case t.activity <- struct{}{}:
+	default:
+	}
+	if err := t.checkLimits(len(data)); err != nil {
+		t.stopped = true
+		t.limit = err
+		return err
+	}
 	evs, err := t.pipe.Push(data)
 	for _, ev := range evs {
+		t.events++
+		t.bytes += int64(len(ev.JSON()))
 		t.appendLocked(ev, emitted, nil)
 	}
 	if err != nil {
 		t.stopped = true
 		t.violation = err
 		return fmt.Errorf("%w: %v", ErrViolation, err)
+	}
+	return nil
+}
+
+// checkLimits refuses an agent event of size bytes when it is too large, or the run already
+// holds its maximum of events or bytes. t.mu is held.
+func (t *Turn) checkLimits(size int) error {
+	l := t.cfg.Limits
+	switch {
+	case size > l.MaxEventBytes:
+		return fmt.Errorf("%w: an event of %d bytes exceeds the limit of %d bytes per event (max-event-bytes)", ErrLimit, size, l.MaxEventBytes)
+	case t.events >= l.MaxEvents:
+		return fmt.Errorf("%w: the run exceeds its limit of %d events (max-run-events)", ErrLimit, l.MaxEvents)
+	case t.bytes+int64(size) > l.MaxBytes:
+		return fmt.Errorf("%w: the run exceeds its limit of %d bytes of events (max-run-bytes)", ErrLimit, l.MaxBytes)
 	}
 	return nil
 }
@@ -279,7 +378,7 @@ func (t *Turn) stopEmits() error {
 // drive is the turn's driver goroutine.
 func (t *Turn) drive() {
 	defer close(t.done)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(context.WithoutCancel(t.cfg.Context))
 	defer cancel()
 
 	outcome, code, msg := t.runAgent(ctx, cancel)
@@ -350,36 +449,56 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 		<-agentDone
 		return violation
 	}
-	select {
-	case err := <-agentDone:
-		violation := t.stopEmits()
-		switch {
-		case violation != nil:
-			t.log.Info("agent output refused", slog.String(keyError, violation.Error()))
-			return metrics.OutcomeProtocolViolation, CodeViolation, violation.Error()
-		case err != nil:
-			t.log.Info("agent failed", slog.String(keyError, err.Error()))
-			return metrics.OutcomeAgentError, CodeAgentError, err.Error()
+	// A silent agent (a hung upstream) would hold the turn forever: every emit restarts the
+	// idle timer.
+	idle := time.NewTimer(t.cfg.Limits.IdleTimeout)
+	defer idle.Stop()
+	for {
+		select {
+		case <-t.activity:
+			idle.Reset(t.cfg.Limits.IdleTimeout)
+		case <-idle.C:
+			stopAgent()
+			msg := fmt.Sprintf("the agent emitted no event for %v (agent-idle-timeout)", t.cfg.Limits.IdleTimeout)
+			t.log.Info("agent silent", slog.String(keyError, msg))
+			return metrics.OutcomeLimitExceeded, CodeLimitExceeded, msg
+		case err := <-agentDone:
+			violation := t.stopEmits()
+			t.mu.Lock()
+			limit := t.limit
+			t.mu.Unlock()
+			switch {
+			case violation != nil:
+				t.log.Info("agent output refused", slog.String(keyError, violation.Error()))
+				return metrics.OutcomeProtocolViolation, CodeViolation, violation.Error()
+			case limit != nil:
+				// metrics has no outcome of its own for a limit yet: the agent's output is at fault.
+				t.log.Info("agent output over a limit", slog.String(keyError, limit.Error()))
+				return metrics.OutcomeLimitExceeded, CodeLimitExceeded, strings.TrimPrefix(limit.Error(), ErrLimit.Error()+": ")
+			case err != nil:
+				t.log.Info("agent failed", slog.String(keyError, err.Error()))
+				return metrics.OutcomeAgentError, CodeAgentError, err.Error()
+			}
+			t.mu.Lock()
+			terminated := t.pipe.Terminated()
+			t.mu.Unlock()
+			if terminated {
+				return metrics.OutcomeCompleted, "", ""
+			}
+			return metrics.OutcomeIncomplete, CodeIncomplete, MsgIncomplete
+		case r := <-t.stopCh:
+			stopAgent()
+			return stopOutcome(r)
+		case err := <-t.failCh:
+			stopAgent()
+			t.fail(err) // keep it visible to appendTerminal
+			t.log.Warn("run log failed", slog.String(keyError, err.Error()))
+			return metrics.OutcomeLogFailed, "", ""
+		case <-t.cfg.Log.Lost():
+			stopAgent()
+			t.log.Warn("run log lease lost")
+			return metrics.OutcomeLogFailed, "", ""
 		}
-		t.mu.Lock()
-		terminated := t.pipe.Terminated()
-		t.mu.Unlock()
-		if terminated {
-			return metrics.OutcomeCompleted, "", ""
-		}
-		return metrics.OutcomeIncomplete, CodeIncomplete, MsgIncomplete
-	case r := <-t.stopCh:
-		stopAgent()
-		return stopOutcome(r)
-	case err := <-t.failCh:
-		stopAgent()
-		t.fail(err) // keep it visible to appendTerminal
-		t.log.Warn("run log failed", slog.String(keyError, err.Error()))
-		return metrics.OutcomeLogFailed, "", ""
-	case <-t.cfg.Log.Lost():
-		stopAgent()
-		t.log.Warn("run log lease lost")
-		return metrics.OutcomeLogFailed, "", ""
 	}
 }
 

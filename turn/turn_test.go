@@ -509,3 +509,36 @@ func (l *orderedLog) Append(event []byte, stored func(string, error)) {
 }
 func (l *orderedLog) Close(ctx context.Context) error { return l.inner.Close(ctx) }
 func (l *orderedLog) Lost() <-chan struct{}           { return l.inner.Lost() }
+
+// TestAgentContext: the agent's context carries Config.Context's values (e.g. the client's
+// headers) but not its cancellation: the turn, not the request that started it, decides when
+// the agent stops.
+func TestAgentContext(t *testing.T) {
+	store := openStore(t)
+	w, err := store.Create(context.Background(), principal, "ctx-values", "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type key struct{}
+	values, cancel := context.WithCancel(context.WithValue(context.Background(), key{}, "tag-1"))
+	cancel() // a request that has ended
+	var got any
+	var ctxErr error
+	tr, err := turn.Start(turn.Config{Input: input(t, "ctx-values"), Log: w, Context: values,
+		Agent: agentFunc(func(ctx context.Context, emit func([]byte) error) error {
+			got, ctxErr = ctx.Value(key{}), ctx.Err()
+			return emitAll(emit, started, finished)
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got != "tag-1" || ctxErr != nil {
+		t.Errorf("agent context: value %v, err %v; want tag-1, <nil>", got, ctxErr)
+	}
+	if o := tr.Outcome(); o != metrics.OutcomeCompleted {
+		t.Errorf("Outcome() = %s, want %s", o, metrics.OutcomeCompleted)
+	}
+}

@@ -1,0 +1,302 @@
+// Package auth authenticates the requests of the gateway's endpoints with JSON Web Tokens
+// (RFC 7519), before a WebSocket upgrade.
+//
+// New builds an Authenticator from a Config holding exactly one key source: an HS256 secret
+// (Config.Secret), PEM public keys (Config.PEM: RSA keys verify RS256, P-256 keys ES256,
+// P-384 keys ES384), or a JWK Set (Config.JWKS, parsed by ParseJWKS). Authenticator.Principal
+// has the signature of conversation.Config.Principal: it takes the token from the request
+// (TokenFromRequest: an "Authorization: Bearer" header, else the named cookie, else the named
+// query parameter, since browsers cannot set headers on a WebSocket handshake), verifies it,
+// and returns its subject ("sub") as the principal.
+//
+// Invariants:
+//   - The accepted algorithms are pinned to the configured keys: a secret accepts HS256 only,
+//     public keys only their own algorithm, so "none" and HS/RS confusion (a public key used as
+//     an HMAC secret) are refused before any signature is checked.
+//   - "exp" is required and checked; "nbf" and "iat" are checked when present; "aud" and "iss"
+//     are required and checked when Config.Audience and Config.Issuer are set.
+//   - "sub" is required: non-empty printable UTF-8 of at most MaxSubjectLen bytes.
+//   - A token longer than MaxTokenLen is refused unparsed, and so is a request that carries a
+//     malformed Authorization header or the query parameter more than once.
+//
+// Every refusal wraps ErrNoToken (no token in the request) or ErrInvalidToken (a token that
+// does not verify); the message says why, and never holds the token.
+package auth
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Errors of the package; compare with errors.Is.
+var (
+	ErrConfig       = errors.New("auth: invalid config")
+	ErrNoToken      = errors.New("auth: no token")
+	ErrInvalidToken = errors.New("auth: invalid token")
+)
+
+// Limits.
+const (
+	// MaxTokenLen bounds the length of a token, in bytes.
+	MaxTokenLen = 16 << 10
+	// MaxSubjectLen bounds the length of a token's subject, in bytes.
+	MaxSubjectLen = 256
+	// MinSecretLen is the shortest HS256 secret accepted: the hash's output size (RFC 7518
+	// section 3.2).
+	MinSecretLen = 32
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultCookie     = "wsgateway_token"
+	DefaultQueryParam = "access_token"
+)
+
+// Config configures an Authenticator. Exactly one of Secret, PEM and JWKS is set.
+type Config struct {
+	// Secret is an HS256 secret of at least MinSecretLen bytes.
+	Secret []byte
+	// PEM holds one or more public keys ("PUBLIC KEY", "RSA PUBLIC KEY" or "CERTIFICATE"
+	// blocks). RSA keys (2048 bits or more) verify RS256, P-256 keys ES256, P-384 keys ES384.
+	PEM []byte
+	// JWKS is a JWK Set document (RFC 7517), as ParseJWKS reads it.
+	JWKS []byte
+	// Audience, if set, must be among the token's "aud".
+	Audience string
+	// Issuer, if set, must equal the token's "iss".
+	Issuer string
+	// Cookie names the cookie that may carry the token (default DefaultCookie); "-" disables
+	// cookies.
+	Cookie string
+	// QueryParam names the query parameter that may carry the token (default
+	// DefaultQueryParam); "-" disables it.
+	QueryParam string
+	// Leeway is the clock skew allowed on exp, nbf and iat (default none).
+	Leeway time.Duration
+	// Now returns the current time (default time.Now); tests set it.
+	Now func() time.Time
+}
+
+// key is a verification key and the one algorithm it verifies.
+type key struct {
+	kid string // "" when the source names none
+	alg string
+	pub any // []byte, *rsa.PublicKey or *ecdsa.PublicKey
+}
+
+// Authenticator verifies tokens. It is safe for concurrent use.
+type Authenticator struct {
+	keys       []key
+	parser     *jwt.Parser
+	cookie     string
+	queryParam string
+}
+
+// New validates cfg and returns an Authenticator.
+func New(cfg Config) (*Authenticator, error) {
+	sources := 0
+	for _, s := range [][]byte{cfg.Secret, cfg.PEM, cfg.JWKS} {
+		if len(s) > 0 {
+			sources++
+		}
+	}
+	if sources != 1 {
+		return nil, fmt.Errorf("%w: want exactly one of a secret, PEM public keys or a JWK Set", ErrConfig)
+	}
+	if cfg.Leeway < 0 {
+		return nil, fmt.Errorf("%w: negative leeway", ErrConfig)
+	}
+	var keys []key
+	switch {
+	case len(cfg.Secret) > 0:
+		if len(cfg.Secret) < MinSecretLen {
+			return nil, fmt.Errorf("%w: an HS256 secret needs at least %d bytes, got %d", ErrConfig, MinSecretLen, len(cfg.Secret))
+		}
+		keys = []key{{alg: jwt.SigningMethodHS256.Alg(), pub: append([]byte(nil), cfg.Secret...)}}
+	case len(cfg.PEM) > 0:
+		var err error
+		if keys, err = parsePEM(cfg.PEM); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+	default:
+		set, err := ParseJWKS(cfg.JWKS)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
+		for _, k := range set {
+			keys = append(keys, key{kid: k.KID, alg: k.Alg, pub: k.Key})
+		}
+	}
+	opts := []jwt.ParserOption{
+		jwt.WithValidMethods(algorithms(keys)),
+		jwt.WithExpirationRequired(),
+		jwt.WithLeeway(cfg.Leeway),
+		jwt.WithIssuedAt(),
+	}
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
+	}
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+	}
+	if cfg.Now != nil {
+		opts = append(opts, jwt.WithTimeFunc(cfg.Now))
+	}
+	a := &Authenticator{keys: keys, parser: jwt.NewParser(opts...), cookie: cfg.Cookie, queryParam: cfg.QueryParam}
+	if a.cookie == "" {
+		a.cookie = DefaultCookie
+	}
+	if a.queryParam == "" {
+		a.queryParam = DefaultQueryParam
+	}
+	if a.cookie == "-" {
+		a.cookie = ""
+	}
+	if a.queryParam == "-" {
+		a.queryParam = ""
+	}
+	return a, nil
+}
+
+// Algorithms returns the algorithms the Authenticator accepts, e.g. [HS256].
+func (a *Authenticator) Algorithms() []string { return algorithms(a.keys) }
+
+// algorithms returns the distinct algorithms of keys, in order.
+func algorithms(keys []key) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, k := range keys {
+		if !seen[k.alg] {
+			seen[k.alg] = true
+			out = append(out, k.alg)
+		}
+	}
+	return out
+}
+
+// Principal returns the subject of the request's token. It has the signature of
+// conversation.Config.Principal.
+func (a *Authenticator) Principal(r *http.Request) (string, error) {
+	tok, err := TokenFromRequest(r, a.cookie, a.queryParam)
+	if err != nil {
+		return "", err
+	}
+	return a.Verify(tok)
+}
+
+// Verify checks a token's signature and claims and returns its subject.
+func (a *Authenticator) Verify(token string) (string, error) {
+	if len(token) > MaxTokenLen {
+		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalidToken, MaxTokenLen)
+	}
+	var claims jwt.RegisteredClaims
+	if _, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
+	}
+	if !validSubject(claims.Subject) {
+		return "", fmt.Errorf("%w: the subject (sub) must be non-empty printable text of at most %d bytes", ErrInvalidToken, MaxSubjectLen)
+	}
+	return claims.Subject, nil
+}
+
+// keyFor returns the keys that may verify t: those of its algorithm (WithValidMethods has
+// already refused any other), and of its key id when both name one.
+func (a *Authenticator) keyFor(t *jwt.Token) (any, error) {
+	alg := t.Method.Alg()
+	kid, _ := t.Header["kid"].(string)
+	var set jwt.VerificationKeySet
+	for _, k := range a.keys {
+		if k.alg == alg && (kid == "" || k.kid == "" || k.kid == kid) {
+			set.Keys = append(set.Keys, k.pub)
+		}
+	}
+	if len(set.Keys) == 0 {
+		return nil, fmt.Errorf("no key for algorithm %s and key id %q", alg, kid)
+	}
+	return set, nil
+}
+
+func validSubject(s string) bool {
+	if s == "" || len(s) > MaxSubjectLen || !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
+}
+
+// parsePEM reads the public keys of PEM blocks.
+func parsePEM(data []byte) ([]key, error) {
+	var keys []key
+	for {
+		var block *pem.Block
+		block, data = pem.Decode(data)
+		if block == nil {
+			break
+		}
+		var pub any
+		var err error
+		switch block.Type {
+		case "PUBLIC KEY":
+			pub, err = x509.ParsePKIXPublicKey(block.Bytes)
+		case "RSA PUBLIC KEY":
+			pub, err = x509.ParsePKCS1PublicKey(block.Bytes)
+		case "CERTIFICATE":
+			var cert *x509.Certificate
+			if cert, err = x509.ParseCertificate(block.Bytes); err == nil {
+				pub = cert.PublicKey
+			}
+		default:
+			return nil, fmt.Errorf("PEM block %q: want a public key or a certificate (never a private key)", block.Type)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("PEM block %q: %w", block.Type, err)
+		}
+		alg, err := algorithmOf(pub)
+		if err != nil {
+			return nil, fmt.Errorf("PEM block %q: %w", block.Type, err)
+		}
+		keys = append(keys, key{alg: alg, pub: pub})
+	}
+	if len(keys) == 0 {
+		return nil, errors.New("no PEM public key found")
+	}
+	return keys, nil
+}
+
+// MinRSABits is the smallest RSA modulus accepted.
+const MinRSABits = 2048
+
+// algorithmOf returns the one algorithm a public key verifies.
+func algorithmOf(pub any) (string, error) {
+	switch k := pub.(type) {
+	case *rsa.PublicKey:
+		if k.N.BitLen() < MinRSABits {
+			return "", fmt.Errorf("RSA key of %d bits: want at least %d", k.N.BitLen(), MinRSABits)
+		}
+		return jwt.SigningMethodRS256.Alg(), nil
+	case *ecdsa.PublicKey:
+		switch k.Curve {
+		case elliptic.P256():
+			return jwt.SigningMethodES256.Alg(), nil
+		case elliptic.P384():
+			return jwt.SigningMethodES384.Alg(), nil
+		}
+		return "", fmt.Errorf("EC key on curve %s: want P-256 or P-384", k.Curve.Params().Name)
+	}
+	return "", fmt.Errorf("unsupported key type %T: want RSA or EC", pub)
+}
