@@ -1,0 +1,67 @@
+// Command wsbench is a load generator for any server that speaks the gateway's wire protocol
+// (PROTOCOL.md sections 2 and 3): wsgateway itself, or the @tanstack/ai reference server in
+// bench/. BENCHMARKS.md has the scenarios and results.
+//
+//	wsbench [flags]                 open conversation sockets, stream turns, check and measure
+//	wsbench raw-jetstream [flags]   the machine's limit: raw JetStream asynchronous publishes
+//	wsbench raw-websocket [flags]   the machine's limit: raw coder/websocket text frames
+//	wsbench table RESULTS_DIR       the side-by-side table of bench/run's JSON results
+//
+// A load run opens --sockets conversation sockets (from --source-ips loopback addresses, so
+// ten thousand sockets do not exhaust one address's ephemeral ports), lets them sit idle for
+// --idle-settle and measures the server's resident memory per idle socket (--pid reads
+// /proc/<pid>/status, --metrics-url reads process_resident_memory_bytes), then has --active of
+// them send --turns run frames each, one after the other, asking the demo agent for --tokens
+// content deltas --interval-ms apart. With --drop > 0 a socket is cut at random while a turn
+// streams and the client resumes with ?runId=&offset=<last offset>, as @tanstack/ai-client does.
+//
+// Every turn's events are checked against the demo agent's script (RUN_STARTED,
+// TEXT_MESSAGE_START, deltas "t1 " … "tN ", TEXT_MESSAGE_END, RUN_FINISHED, after the
+// server's CUSTOM run.accepted): a gap, a duplicate offset, an unexpected event or a turn that
+// does not end is an error. The report gives events/s delivered, latency percentiles, resumes,
+// errors and memory, as a table or, with --json, as one JSON object. A progress line goes to
+// stderr every --progress.
+//
+// Latency: an event that carries a numeric AG-UI timestamp (milliseconds since the epoch) is
+// measured from it ("event latency"); the first event of every turn is measured from the
+// moment its run frame was written ("first-event latency"). With --metrics-url the gateway's
+// own delivery histogram (agent emit to socket write) is read before and after the load and its
+// percentiles are reported too.
+//
+// Exit status: 0 when every turn completed with a correct sequence and no error, 1 when the
+// run found errors, 2 for a bad command line.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// run dispatches the subcommand and returns the exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "raw-jetstream":
+			return rawJetStreamMain(ctx, args[1:], stdout, stderr)
+		case "raw-websocket":
+			return rawWebSocketMain(ctx, args[1:], stdout, stderr)
+		case "table":
+			return tableMain(args[1:], stdout, stderr)
+		case "help", "-h", "--help":
+			fmt.Fprintln(stderr, "usage: wsbench [flags] | wsbench raw-jetstream [flags] | wsbench raw-websocket [flags] | wsbench table DIR")
+			fmt.Fprintln(stderr, "run a subcommand with -h for its flags")
+			return 0
+		}
+	}
+	return loadMain(ctx, args, stdout, stderr)
+}

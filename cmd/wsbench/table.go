@@ -1,0 +1,211 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// tableMain prints the side-by-side table of a results directory written by bench/run: files
+// named <scenario>.<server>.<n>.json holding a load report (servers "gateway" and
+// "reference") or a raw baseline (server "machine"). Every figure is the median over the
+// runs n.
+func tableMain(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("wsbench table", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: wsbench table RESULTS_DIR")
+		return 2
+	}
+	res, err := loadResults(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, "wsbench table:", err)
+		return 1
+	}
+	res.write(stdout)
+	return 0
+}
+
+// results are the reports of a directory by scenario and server.
+type results struct {
+	load   map[string][]*report    // "scenario.server"
+	raw    map[string][]*rawReport // "scenario"
+	failed []string                // result files of runs that reported nothing
+}
+
+func loadResults(dir string) (*results, error) {
+	names, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	r := &results{load: map[string][]*report{}, raw: map[string][]*rawReport{}}
+	for _, name := range names {
+		parts := strings.Split(strings.TrimSuffix(filepath.Base(name), ".json"), ".")
+		if len(parts) != 3 {
+			continue
+		}
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		if len(b) == 0 { // the run failed before it could report; bench/run logged why
+			r.failed = append(r.failed, filepath.Base(name))
+			continue
+		}
+		if parts[1] == "machine" {
+			var rr rawReport
+			if err := json.Unmarshal(b, &rr); err != nil {
+				return nil, fmt.Errorf("%s: %w", name, err)
+			}
+			r.raw[parts[0]] = append(r.raw[parts[0]], &rr)
+			continue
+		}
+		var lr report
+		if err := json.Unmarshal(b, &lr); err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		key := parts[0] + "." + parts[1]
+		r.load[key] = append(r.load[key], &lr)
+	}
+	return r, nil
+}
+
+// median returns the median of f over rs, and how many values it had.
+func median[T any](rs []T, f func(T) float64) (float64, int) {
+	var v []float64
+	for _, r := range rs {
+		if x := f(r); x == x { // not NaN
+			v = append(v, x)
+		}
+	}
+	if len(v) == 0 {
+		return 0, 0
+	}
+	slices.Sort(v)
+	if len(v)%2 == 1 {
+		return v[len(v)/2], len(v)
+	}
+	return (v[len(v)/2-1] + v[len(v)/2]) / 2, len(v)
+}
+
+func (r *results) write(w io.Writer) {
+	fmt.Fprintf(w, "| figure | gateway | reference | ratio | target |\n|---|---|---|---|---|\n")
+	row := func(fig, gw, ref, ratio, target string) {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", fig, gw, ref, ratio, target)
+	}
+	num := func(v float64, n int, format string) string {
+		if n == 0 {
+			return "-"
+		}
+		return fmt.Sprintf(format+" (n=%d)", v, n)
+	}
+	ratio := func(a, b float64, na, nb int) string {
+		if na == 0 || nb == 0 || b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2f×", a/b)
+	}
+	eps := func(x *report) float64 { return x.EventsPerSec }
+	errs := func(x *report) float64 { return float64(x.Errors + x.TurnsFailed) }
+
+	gw, ngw := median(r.load["throughput.gateway"], eps)
+	ref, nref := median(r.load["throughput.reference"], eps)
+	row("throughput, events/s delivered", num(gw, ngw, "%.0f"), num(ref, nref, "%.0f"), ratio(gw, ref, ngw, nref), "≥ 2× reference (goal 3×)")
+	cpu := func(x *report) float64 {
+		if x.ServerCPUUsPerEvent == 0 {
+			return nan
+		}
+		return x.ServerCPUUsPerEvent
+	}
+	c1, nc1 := median(r.load["throughput.gateway"], cpu)
+	c2, nc2 := median(r.load["throughput.reference"], cpu)
+	row("throughput, server CPU µs per event", num(c1, nc1, "%.1f"), num(c2, nc2, "%.1f"), ratio(c1, c2, nc1, nc2), "(steadier on a busy machine)")
+	js, njs := median(r.raw["raw-jetstream"], func(x *rawReport) float64 { return x.PerSec })
+	row("raw JetStream async publishes/s", "", "", "", "machine baseline")
+	row("", num(js, njs, "%.0f"), "", ratio(gw, js, ngw, njs), "gateway ≥ 0.5× raw JetStream")
+	ws, nws := median(r.raw["raw-websocket"], func(x *rawReport) float64 { return x.PerSec })
+	row("raw coder/websocket frames/s", num(ws, nws, "%.0f"), "", ratio(gw, ws, ngw, nws), "machine baseline (gateway / raw)")
+	e1, n1 := median(r.load["throughput.gateway"], errs)
+	e2, n2 := median(r.load["throughput.reference"], errs)
+	row("throughput, errors + failed turns", num(e1, n1, "%.0f"), num(e2, n2, "%.0f"), "", "0")
+
+	for _, l := range []struct {
+		name string
+		f    func(*report) float64
+	}{
+		{"latency p99, first event from run frame (ms)", func(x *report) float64 { return pct(x.FirstEventLatency, 99) }},
+		{"latency p50, first event from run frame (ms)", func(x *report) float64 { return pct(x.FirstEventLatency, 50) }},
+		{"latency p99, server emit → socket write (ms)", func(x *report) float64 { return pct(x.ServerDelivery, 99) }},
+		{"latency p99, event timestamp → receipt (ms)", func(x *report) float64 { return pct(x.EventLatency, 99) }},
+		{"latency scenario, events/s delivered", eps},
+	} {
+		a, na := median(r.load["latency.gateway"], l.f)
+		b, nb := median(r.load["latency.reference"], l.f)
+		row(l.name, num(a, na, "%.2f"), num(b, nb, "%.2f"), "", "gateway p99 ≤ 3 ms at 2,000 events/s")
+	}
+	perSock := func(x *report) float64 { return x.IdleBytesPerSocket / 1024 }
+	a, na := median(r.load["idle.gateway"], perSock)
+	b, nb := median(r.load["idle.reference"], perSock)
+	row("RSS per idle socket (KiB)", num(a, na, "%.1f"), num(b, nb, "%.1f"), ratio(a, b, na, nb), "≤ 12 KiB and below reference")
+	g, ng := median(r.load["idle.gateway"], func(x *report) float64 { return float64(x.Goroutines) })
+	s, ns := median(r.load["idle.gateway"], func(x *report) float64 { return float64(x.Sockets) })
+	row("gateway goroutines with the idle sockets", num(g, ng, "%.0f")+" for "+num(s, ns, "%.0f")+" sockets", "", "", "one per socket")
+	for _, srv := range []string{"gateway", "reference"} {
+		rs := r.load["scale."+srv]
+		if len(rs) == 0 {
+			continue
+		}
+		e, n := median(rs, errs)
+		t, _ := median(rs, func(x *report) float64 { return float64(x.TurnsCompleted) })
+		want, _ := median(rs, func(x *report) float64 { return float64(x.Active * x.Turns) })
+		v, _ := median(rs, eps)
+		row("scale ("+srv+"), errors; turns completed / started; events/s", fmt.Sprintf("%.0f; %.0f / %.0f; %.0f (n=%d)", e, t, want, v, n), "", "", "0 errors, all complete")
+	}
+	cu := func(x *report) float64 {
+		if x.Replay == nil {
+			return 0
+		}
+		return x.Replay.EventsPerSec
+	}
+	a, na = median(r.load["catchup.gateway"], cu)
+	b, nb = median(r.load["catchup.reference"], cu)
+	row("resume catch-up of a 100,000-event log, events/s", num(a, na, "%.0f"), num(b, nb, "%.0f"), ratio(a, b, na, nb), "≥ 100,000")
+	rs, nrs := median(r.load["drops.gateway"], func(x *report) float64 { return float64(x.Resumes) })
+	e, ne := median(r.load["drops.gateway"], errs)
+	row("random drops: resumes; errors", num(rs, nrs, "%.0f")+"; "+num(e, ne, "%.0f"), "", "", "0 errors")
+	if len(r.failed) > 0 {
+		fmt.Fprintf(w, "\nRuns that failed before reporting (not in the medians): %s\n", strings.Join(r.failed, ", "))
+	}
+}
+
+// pct returns percentile q (50, 95, 99, 999) of p, or NaN.
+func pct(p *percentiles, q int) float64 {
+	if p == nil {
+		return nan
+	}
+	switch q {
+	case 50:
+		return p.P50
+	case 95:
+		return p.P95
+	case 99:
+		return p.P99
+	default:
+		return p.P999
+	}
+}
+
+var nan = math.NaN()
