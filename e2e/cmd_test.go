@@ -80,7 +80,7 @@ func TestCommandLine(t *testing.T) {
 		{[]string{"serve", "-h"}, nil, 0, "--drain-timeout (default 10s; env WSGATEWAY_DRAIN_TIMEOUT)", ""},
 		{[]string{"version"}, nil, 0, "wsgateway dev", ""},
 		{[]string{"--idle-timeout", "soon"}, nil, 2, "", "want a duration such as 30s, 5m or 1h"},
-		{[]string{"--agent", "openai"}, nil, 2, "", `agent "openai" is not available yet`},
+		{[]string{"--agent", "openai"}, nil, 2, "", "--agent openai needs --agent-url"},
 		{[]string{"--agent", "llama"}, nil, 2, "", `unknown agent "llama"`},
 		{[]string{"--replicas", "0"}, nil, 2, "", "want an integer from 1 to 5"},
 		{nil, []string{"WSGATEWAY_HEARTBEAT=-1s"}, 2, "", `WSGATEWAY_HEARTBEAT="-1s": must be positive`},

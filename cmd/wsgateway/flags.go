@@ -6,10 +6,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
+	"path"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/wsgateway/wsgateway/auth"
+	"github.com/wsgateway/wsgateway/conversation"
 )
 
 // errUsage marks a command line that cannot run; the message says why.
@@ -42,9 +47,52 @@ type serveConfig struct {
 	leaseTTL     time.Duration
 	retention    time.Duration
 	drainTimeout time.Duration
+	chatPath     string // SSE transport; empty: off
+	ndjsonPath   string // NDJSON transport; empty: off
 	logFormat    string
 	logLevel     string
+
+	// Security (README "Security").
+	auth             string // authNone or authJWT
+	jwtSecretEnv     string // name of the environment variable holding the HS256 secret
+	jwtKeyFile       string
+	jwtJWKSFile      string
+	jwtAudience      string
+	jwtIssuer        string
+	jwtCookie        string
+	jwtQueryParam    string
+	allowedOrigins   []string // empty: same origin only
+	tlsCert          string
+	tlsKey           string
+	readLimit        int64
+	headerTimeout    time.Duration
+	handshakeTimeout time.Duration
+	maxRunEvents     int
+	maxRunBytes      int64
+	maxEventBytes    int64
+	agentIdleTimeout time.Duration
+	queueFrames      int
+	queueBytes       int64
+	earlyAborts      int
+	earlyAbortTTL    time.Duration
+
+	// The agui and openai agents (README "Agents").
+	agentHeader         http.Header // --agent-header, repeatable
+	agentForward        []string    // canonical header names
+	agentConnectTimeout time.Duration
+	agentFirstEvent     time.Duration
+	agentGapTimeout     time.Duration
+	agentTurnTimeout    time.Duration
+	agentModel          string
+	agentAPIKeyEnv      string
+	agentAPIKey         string // the value of agentAPIKeyEnv; never logged
 }
+
+// Modes of --auth.
+const (
+	authNone = "none"
+	authJWT  = "jwt"
+)
 
 // serveFlag describes one flag of `wsgateway serve`: the help text, the default, and the
 // environment variable that sets it when the flag is absent.
@@ -107,18 +155,16 @@ var serveFlags = []serveFlag{
 		c.replicas = n
 		return nil
 	}},
-	{"agent", agentDemo, "the agent that answers: demo (built in), agui or openai (not available yet)", func(c *serveConfig, v string) error {
+	{"agent", agentDemo, "the agent that answers: demo (built in), agui (an AG-UI server over HTTP, --agent-url) or openai (a Chat Completions server, --agent-url and --agent-model)", func(c *serveConfig, v string) error {
 		switch v {
-		case agentDemo:
-		case agentAGUI, agentOpenAI:
-			return fmt.Errorf("agent %q is not available yet in this version; use %q", v, agentDemo)
+		case agentDemo, agentAGUI, agentOpenAI:
 		default:
 			return fmt.Errorf("unknown agent %q; want %s, %s or %s", v, agentDemo, agentAGUI, agentOpenAI)
 		}
 		c.agent = v
 		return nil
 	}},
-	{"agent-url", "", "upstream URL of the agui or openai agent", func(c *serveConfig, v string) error {
+	{"agent-url", "", "agui: the endpoint turns are POSTed to; openai: the API base (https://api.openai.com/v1, http://127.0.0.1:11434/v1)", func(c *serveConfig, v string) error {
 		if v == "" {
 			c.agentURL = ""
 			return nil
@@ -130,11 +176,68 @@ var serveFlags = []serveFlag{
 		c.agentURL = v
 		return nil
 	}},
+	{"agent-header", "", "header sent with every upstream request of the agui or openai agent, \"Name: value\"; repeat the flag for more (in the environment variable: one per line)", headerSetter},
+	{"agent-forward-headers", "", "headers of the client's WebSocket handshake copied onto the upstream request, comma-separated (e.g. Authorization,Cookie)", forwardSetter},
+	{"agent-connect-timeout", "10s", "time the agui or openai agent has to connect to its upstream (TCP and TLS)", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentConnectTimeout })},
+	{"agent-first-event-timeout", "60s", "time from sending a turn upstream to its first event; then the turn ends with RUN_ERROR agent_error", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentFirstEvent })},
+	{"agent-gap-timeout", "60s", "longest silence of an upstream stream after its first event (keep-alive comments count); then RUN_ERROR agent_error", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentGapTimeout })},
+	{"agent-turn-timeout", "30m", "longest upstream request of one turn; then RUN_ERROR agent_error", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentTurnTimeout })},
+	{"agent-model", "", "model of the openai agent's requests (e.g. gpt-4o-mini, llama3.2)", stringSetter(func(c *serveConfig) *string { return &c.agentModel })},
+	{"agent-api-key-env", "OPENAI_API_KEY", "name of the environment variable holding the openai agent's API key (never the key itself); unset or empty: no key", func(c *serveConfig, v string) error {
+		if v == "" || strings.ContainsAny(v, "= \t\r\n") {
+			return errors.New("want the name of an environment variable, such as OPENAI_API_KEY")
+		}
+		c.agentAPIKeyEnv = v
+		return nil
+	}},
 	{"heartbeat", "30s", "interval of the {\"type\":\"ping\"} frames and WebSocket pings", durationSetter(func(c *serveConfig) *time.Duration { return &c.heartbeat })},
 	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
 	{"lease-ttl", "15s", "producer lease; a run whose gateway died is ended (RUN_ERROR producer_lost) after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
 	{"drain-timeout", "10s", "on SIGTERM/SIGINT, how long running turns may finish before they are aborted", durationSetter(func(c *serveConfig) *time.Duration { return &c.drainTimeout })},
+	{"auth", authNone, "authentication of /ws: none (development: every client is one principal) or jwt (a JSON Web Token; see --jwt-*)", func(c *serveConfig, v string) error {
+		if v != authNone && v != authJWT {
+			return fmt.Errorf("want %s or %s", authNone, authJWT)
+		}
+		c.auth = v
+		return nil
+	}},
+	{"jwt-secret-env", "", "name of the environment variable holding the HS256 secret (at least 32 bytes; never the secret itself)", stringSetter(func(c *serveConfig) *string { return &c.jwtSecretEnv })},
+	{"jwt-key-file", "", "PEM file of the public keys that verify tokens (RSA: RS256; EC P-256: ES256, P-384: ES384)", stringSetter(func(c *serveConfig) *string { return &c.jwtKeyFile })},
+	{"jwt-jwks-file", "", "JWK Set file (RFC 7517) of the public keys that verify tokens", stringSetter(func(c *serveConfig) *string { return &c.jwtJWKSFile })},
+	{"jwt-audience", "", "required audience (aud) of tokens; empty: not checked", stringSetter(func(c *serveConfig) *string { return &c.jwtAudience })},
+	{"jwt-issuer", "", "required issuer (iss) of tokens; empty: not checked", stringSetter(func(c *serveConfig) *string { return &c.jwtIssuer })},
+	{"jwt-cookie", auth.DefaultCookie, "cookie that may carry the token (browsers cannot set WebSocket headers); - disables it", nameSetter(func(c *serveConfig) *string { return &c.jwtCookie })},
+	{"jwt-query-param", auth.DefaultQueryParam, "query parameter that may carry the token; - disables it", nameSetter(func(c *serveConfig) *string { return &c.jwtQueryParam })},
+	{"allowed-origins", "", "browser origins allowed besides the gateway's own, comma-separated host patterns (chat.example.com, *.example.com, https://app.example.com); empty: same origin only", func(c *serveConfig, v string) error {
+		c.allowedOrigins = nil
+		for _, s := range strings.Split(v, ",") {
+			s = strings.TrimSpace(s)
+			if s == "" {
+				continue
+			}
+			if _, err := path.Match(s, ""); err != nil {
+				return fmt.Errorf("%q is not a host pattern: %v", s, err)
+			}
+			c.allowedOrigins = append(c.allowedOrigins, s)
+		}
+		return nil
+	}},
+	{"tls-cert", "", "PEM certificate chain: serve HTTPS and WSS (with --tls-key)", stringSetter(func(c *serveConfig) *string { return &c.tlsCert })},
+	{"tls-key", "", "PEM private key of --tls-cert", stringSetter(func(c *serveConfig) *string { return &c.tlsKey })},
+	{"read-limit", "1MiB", "largest inbound WebSocket message; a larger one closes the socket 1009", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.readLimit })},
+	{"header-timeout", "10s", "time a connection has for its TLS handshake and request headers", durationSetter(func(c *serveConfig) *time.Duration { return &c.headerTimeout })},
+	{"handshake-timeout", "30s", "time a connection has to send a whole HTTP request, such as a WebSocket handshake", durationSetter(func(c *serveConfig) *time.Duration { return &c.handshakeTimeout })},
+	{"max-run-events", "100000", "events the agent may store in one run; then the turn ends with RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxRunEvents })},
+	{"max-run-bytes", "64MiB", "bytes of events the agent may store in one run (RUN_ERROR limit_exceeded)", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.maxRunBytes })},
+	{"max-event-bytes", "1MiB", "largest event the agent may emit (RUN_ERROR limit_exceeded)", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.maxEventBytes })},
+	{"socket-queue-frames", strconv.Itoa(conversation.DefaultQueueSize), "outbound frames queued per socket; a client too slow for them is closed 1013 and resumes from the log", positiveInt(func(c *serveConfig) *int { return &c.queueFrames })},
+	{"socket-queue-bytes", "4MiB", "outbound bytes queued per socket (closed 1013 beyond, as for --socket-queue-frames)", sizeSetter(64<<10, func(c *serveConfig) *int64 { return &c.queueBytes })},
+	{"early-aborts", strconv.Itoa(conversation.DefaultEarlyAborts), "aborts remembered per socket for run frames not yet arrived (the oldest is forgotten beyond)", positiveInt(func(c *serveConfig) *int { return &c.earlyAborts })},
+	{"early-abort-ttl", conversation.DefaultEarlyAbortTTL.String(), "how long such an abort is remembered", durationSetter(func(c *serveConfig) *time.Duration { return &c.earlyAbortTTL })},
+	{"agent-idle-timeout", "5m", "time the agent may emit nothing before its turn is ended (RUN_ERROR limit_exceeded)", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentIdleTimeout })},
+	{"chat-path", "/api/chat", "path of the HTTP transport with server-sent events (POST starts or resumes a turn, GET replays a run); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.chatPath })},
+	{"chat-ndjson-path", "/api/chat/ndjson", "path of the HTTP transport with NDJSON lines (as --chat-path); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.ndjsonPath })},
 	{"log-format", "auto", "auto (text on a terminal, else json), text (colour on a terminal) or json", func(c *serveConfig, v string) error {
 		switch v {
 		case "auto", "text", "json":
@@ -156,6 +259,80 @@ var serveFlags = []serveFlag{
 // stringSetter stores the value as it is into the field field returns.
 func stringSetter(field func(*serveConfig) *string) func(*serveConfig, string) error {
 	return func(c *serveConfig, v string) error {
+		*field(c) = v
+		return nil
+	}
+}
+
+// nameSetter stores a cookie or query parameter name: printable ASCII without separators, or
+// "-".
+func nameSetter(field func(*serveConfig) *string) func(*serveConfig, string) error {
+	return func(c *serveConfig, v string) error {
+		if v == "" {
+			return errors.New(`must not be empty (use - to disable)`)
+		}
+		for i := 0; i < len(v); i++ {
+			if b := v[i]; b <= ' ' || b >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}&#%+`, b) >= 0 {
+				return fmt.Errorf("%q is not a valid name", v)
+			}
+		}
+		*field(c) = v
+		return nil
+	}
+}
+
+// positiveInt parses a positive integer into the field field returns.
+func positiveInt(field func(*serveConfig) *int) func(*serveConfig, string) error {
+	return func(c *serveConfig, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return fmt.Errorf("want a positive integer")
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+// sizeSetter parses a size in bytes, at least min: 4096, 512KiB, 1MiB, 2GiB.
+func sizeSetter(min int64, field func(*serveConfig) *int64) func(*serveConfig, string) error {
+	return func(c *serveConfig, v string) error {
+		num, unit := v, int64(1)
+		for _, u := range []struct {
+			suffix string
+			n      int64
+		}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}} {
+			if strings.HasSuffix(v, u.suffix) {
+				num, unit = strings.TrimSuffix(v, u.suffix), u.n
+				break
+			}
+		}
+		n, err := strconv.ParseInt(num, 10, 64)
+		if err != nil || n < 0 || n > (1<<40)/unit {
+			return fmt.Errorf("want a size such as 65536, 512KiB or 1MiB")
+		}
+		if n*unit < min {
+			return fmt.Errorf("must be at least %d bytes", min)
+		}
+		*field(c) = n * unit
+		return nil
+	}
+}
+
+// reservedPaths are the gateway's own endpoints, which an HTTP transport path must not take.
+var reservedPaths = map[string]bool{"/": true, "/ws": true, "/metrics": true, "/healthz": true, "/readyz": true}
+
+// pathSetter stores an HTTP path ("" turns the endpoint off): it must start with / and hold
+// no whitespace, query, fragment or pattern wildcard.
+func pathSetter(field func(*serveConfig) *string) func(*serveConfig, string) error {
+	return func(c *serveConfig, v string) error {
+		if v != "" {
+			if !strings.HasPrefix(v, "/") || strings.ContainsAny(v, " \t\r\n?#{}") {
+				return fmt.Errorf("want a path such as /api/chat, or empty to turn it off")
+			}
+			if reservedPaths[v] {
+				return fmt.Errorf("%s is an endpoint of the gateway already", v)
+			}
+		}
 		*field(c) = v
 		return nil
 	}
@@ -239,10 +416,120 @@ func parseServe(args []string, getenv func(string) (string, bool), stdout io.Wri
 	if (cfg.natsTLSCert == "") != (cfg.natsTLSKey == "") {
 		return cfg, fmt.Errorf("%w: --nats-tls-cert and --nats-tls-key go together", errUsage)
 	}
-	if cfg.agentURL != "" && cfg.agent == agentDemo {
-		return cfg, fmt.Errorf("%w: --agent-url is used only with --agent agui or openai", errUsage)
+	if err := checkSecurity(&cfg); err != nil {
+		return cfg, err
+	}
+	if cfg.chatPath != "" && cfg.chatPath == cfg.ndjsonPath {
+		return cfg, fmt.Errorf("%w: --chat-path and --chat-ndjson-path must differ", errUsage)
+	}
+	if err := checkAgent(&cfg, getenv); err != nil {
+		return cfg, err
 	}
 	return cfg, nil
+}
+
+// checkAgent checks the flags of the agent together and reads the openai agent's API key.
+func checkAgent(cfg *serveConfig, getenv func(string) (string, bool)) error {
+	switch {
+	case cfg.agent == agentDemo && (cfg.agentURL != "" || len(cfg.agentHeader) > 0 || len(cfg.agentForward) > 0):
+		return fmt.Errorf("%w: --agent-url, --agent-header and --agent-forward-headers are used only with --agent agui or openai", errUsage)
+	case cfg.agent != agentDemo && cfg.agentURL == "":
+		return fmt.Errorf("%w: --agent %s needs --agent-url (%s)", errUsage, cfg.agent, map[string]string{
+			agentAGUI:   "the AG-UI endpoint the turns are POSTed to, e.g. http://127.0.0.1:8000/agent",
+			agentOpenAI: "the API base, e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1",
+		}[cfg.agent])
+	case cfg.agent == agentOpenAI && strings.TrimSpace(cfg.agentModel) == "":
+		return fmt.Errorf("%w: --agent openai needs --agent-model (e.g. gpt-4o-mini)", errUsage)
+	case cfg.agent != agentOpenAI && cfg.agentModel != "":
+		return fmt.Errorf("%w: --agent-model is used only with --agent openai", errUsage)
+	}
+	if cfg.agent == agentOpenAI {
+		cfg.agentAPIKey, _ = getenv(cfg.agentAPIKeyEnv)
+	}
+	return nil
+}
+
+// headerSetter appends the "Name: value" headers of v (one per line) to --agent-header; an
+// empty v sets none.
+func headerSetter(c *serveConfig, v string) error {
+	for _, line := range strings.Split(v, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(line, ":")
+		name, value = strings.TrimSpace(name), strings.TrimSpace(value)
+		if !ok || !isToken(name) {
+			return fmt.Errorf("want \"Name: value\", e.g. \"X-Api-Key: secret\"")
+		}
+		if c.agentHeader == nil {
+			c.agentHeader = http.Header{}
+		}
+		c.agentHeader.Add(name, value)
+	}
+	return nil
+}
+
+// unforwardable are headers of the handshake that mean nothing upstream, or that the agent
+// sets itself.
+var unforwardable = map[string]bool{
+	"Host": true, "Connection": true, "Upgrade": true, "Content-Length": true, "Content-Type": true,
+	"Accept": true, "Transfer-Encoding": true, "Te": true, "Trailer": true, "Keep-Alive": true,
+}
+
+// forwardSetter stores the comma-separated header names of --agent-forward-headers.
+func forwardSetter(c *serveConfig, v string) error {
+	c.agentForward = nil
+	for _, name := range strings.Split(v, ",") {
+		name = strings.TrimSpace(name)
+		if name == "" {
+			continue
+		}
+		canon := http.CanonicalHeaderKey(name)
+		switch {
+		case !isToken(name):
+			return fmt.Errorf("%q is not a header name", name)
+		case unforwardable[canon] || strings.HasPrefix(canon, "Sec-Websocket-"):
+			return fmt.Errorf("%s is a header of the handshake itself, not one to forward", canon)
+		}
+		c.agentForward = append(c.agentForward, canon)
+	}
+	return nil
+}
+
+// isToken reports whether s is an HTTP token (a header name).
+func isToken(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		b := s[i]
+		if b <= ' ' || b >= 0x7f || strings.IndexByte(`"(),/:;<=>?@[\]{}`, b) >= 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSecurity checks the flags of authentication and TLS together.
+func checkSecurity(cfg *serveConfig) error {
+	keys := 0
+	for _, k := range []string{cfg.jwtSecretEnv, cfg.jwtKeyFile, cfg.jwtJWKSFile} {
+		if k != "" {
+			keys++
+		}
+	}
+	switch {
+	case cfg.auth == authJWT && keys != 1:
+		return fmt.Errorf("%w: --auth jwt needs exactly one of --jwt-secret-env, --jwt-key-file and --jwt-jwks-file", errUsage)
+	case cfg.auth == authNone && (keys > 0 || cfg.jwtAudience != "" || cfg.jwtIssuer != ""):
+		return fmt.Errorf("%w: --jwt-* flags need --auth jwt", errUsage)
+	case (cfg.tlsCert == "") != (cfg.tlsKey == ""):
+		return fmt.Errorf("%w: --tls-cert and --tls-key go together", errUsage)
+	case cfg.maxEventBytes > cfg.maxRunBytes:
+		return fmt.Errorf("%w: --max-event-bytes %d is larger than --max-run-bytes %d", errUsage, cfg.maxEventBytes, cfg.maxRunBytes)
+	}
+	return nil
 }
 
 const serveHelpHead = `wsgateway serve: run the WebSocket gateway.
@@ -256,13 +543,17 @@ With no --nats-url, the gateway runs an embedded NATS server storing under --dat
 command runs everything. Its client URL is logged at start (nats_url); a second gateway started
 with --nats-url <that URL> serves the same runs.
 
-Authentication is not implemented yet (development mode): run it on a trusted network.
+By default (--auth none) there is no authentication, for development on a trusted network.
+In production use --auth jwt (a token from an "Authorization: Bearer" header, the --jwt-cookie
+cookie or the --jwt-query-param parameter; its subject owns the runs it starts), --tls-cert and
+--tls-key (or a TLS-terminating proxy), and --allowed-origins for pages served elsewhere.
 
 Usage:
   wsgateway [serve] [flags]
 
 Endpoints:
   /ws        conversation socket (no offset) or resume socket (?runId=&offset=)
+  /api/chat  HTTP transport, server-sent events (--chat-path); /api/chat/ndjson: NDJSON
   /          chat page
   /metrics   Prometheus metrics
   /healthz   liveness
@@ -279,6 +570,10 @@ Examples:
   wsgateway --addr :8080 --data-dir /var/lib/wsgateway
   wsgateway --nats-url nats://n1:4222,nats://n2:4222,nats://n3:4222 --replicas 3
   WSGATEWAY_LOG_FORMAT=json WSGATEWAY_LOG_LEVEL=debug wsgateway
+  wsgateway --agent agui --agent-url http://127.0.0.1:8000/agent
+  wsgateway --agent openai --agent-url http://127.0.0.1:11434/v1 --agent-model llama3.2
+  JWT_SECRET=... wsgateway --auth jwt --jwt-secret-env JWT_SECRET --jwt-audience wsgateway \
+      --tls-cert cert.pem --tls-key key.pem --addr :443
 
 Signals: SIGTERM or SIGINT stops accepting, closes sockets with 1012 (clients resume elsewhere),
 lets running turns finish for --drain-timeout, then aborts the rest; a second signal exits at once.

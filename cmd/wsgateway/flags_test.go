@@ -37,9 +37,18 @@ func TestParseServeDefaults(t *testing.T) {
 		leaseTTL:     15 * time.Second,
 		retention:    24 * time.Hour,
 		drainTimeout: 10 * time.Second,
+		chatPath:     "/api/chat",
+		ndjsonPath:   "/api/chat/ndjson",
 		logFormat:    "auto",
 		logLevel:     "info",
 	}
+	want.auth, want.jwtCookie, want.jwtQueryParam = "none", "wsgateway_token", "access_token"
+	want.readLimit, want.headerTimeout, want.handshakeTimeout = 1<<20, 10*time.Second, 30*time.Second
+	want.maxRunEvents, want.maxRunBytes, want.maxEventBytes = 100000, 64<<20, 1<<20
+	want.agentIdleTimeout = 5 * time.Minute
+	want.queueFrames, want.queueBytes, want.earlyAborts, want.earlyAbortTTL = 16384, 4<<20, 64, 30*time.Second
+	want.agentConnectTimeout, want.agentFirstEvent, want.agentGapTimeout = 10*time.Second, time.Minute, time.Minute
+	want.agentTurnTimeout, want.agentAPIKeyEnv = 30*time.Minute, "OPENAI_API_KEY"
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseServe(nil) =\n%+v\nwant\n%+v", got, want)
 	}
@@ -64,6 +73,8 @@ func TestParseServe(t *testing.T) {
 			func(c serveConfig) bool {
 				return reflect.DeepEqual(c.natsURLs, []string{"nats://a:4222", "tls://b:4222"})
 			}},
+		{"chat paths", []string{"--chat-path", "/v1/chat"}, map[string]string{"WSGATEWAY_CHAT_NDJSON_PATH": ""},
+			func(c serveConfig) bool { return c.chatPath == "/v1/chat" && c.ndjsonPath == "" }},
 		{"replicas with a cluster", []string{"--nats-url", "nats://a:4222", "--replicas", "3"}, nil,
 			func(c serveConfig) bool { return c.replicas == 3 }},
 		{"every env var", nil, map[string]string{
@@ -99,8 +110,8 @@ func TestParseServeErrors(t *testing.T) {
 		{[]string{"--heartbeat", "0s"}, nil, "must be positive"},
 		{nil, map[string]string{"WSGATEWAY_LEASE_TTL": "soon"}, `WSGATEWAY_LEASE_TTL="soon": want a duration`},
 		{[]string{"--agent", "gpt"}, nil, `unknown agent "gpt"; want demo, agui or openai`},
-		{[]string{"--agent", "agui"}, nil, `agent "agui" is not available yet`},
-		{[]string{"--agent", "openai"}, nil, `agent "openai" is not available yet`},
+		{[]string{"--agent", "agui"}, nil, "--agent agui needs --agent-url"},
+		{[]string{"--agent", "openai"}, nil, "--agent openai needs --agent-url"},
 		{[]string{"--replicas", "0"}, nil, "want an integer from 1 to 5"},
 		{[]string{"--replicas", "3"}, nil, "--replicas 3 needs a NATS cluster (--nats-url)"},
 		{[]string{"--nats-url", "localhost"}, nil, `"localhost" is not a URL like nats://host:4222`},
@@ -108,10 +119,14 @@ func TestParseServeErrors(t *testing.T) {
 		{[]string{"--addr", "8080"}, nil, "want host:port"},
 		{[]string{"--log-format", "xml"}, nil, "want auto, text or json"},
 		{[]string{"--log-level", "loud"}, nil, "want debug, info, warn or error"},
-		{[]string{"--agent-url", "http://up:1"}, nil, "--agent-url is used only with --agent agui or openai"},
+		{[]string{"--agent-url", "http://up:1"}, nil, "--agent-url, --agent-header and --agent-forward-headers are used only with --agent agui or openai"},
 		{[]string{"--data-dir", ""}, nil, "must not be empty"},
 		{[]string{"--nats-creds", "a.creds"}, nil, "set --nats-url too"},
 		{[]string{"--nats-url", "nats://a:1", "--nats-tls-cert", "c.pem"}, nil, "--nats-tls-cert and --nats-tls-key go together"},
+		{[]string{"--chat-path", "api/chat"}, nil, "want a path such as /api/chat"},
+		{[]string{"--chat-ndjson-path", "/api/{x}"}, nil, "want a path such as /api/chat"},
+		{[]string{"--chat-path", "/ws"}, nil, "/ws is an endpoint of the gateway already"},
+		{[]string{"--chat-path", "/a", "--chat-ndjson-path", "/a"}, nil, "--chat-path and --chat-ndjson-path must differ"},
 		{[]string{"--port", "1"}, nil, "flag provided but not defined: -port"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
 	}
@@ -137,7 +152,7 @@ func TestServeHelp(t *testing.T) {
 				t.Errorf("help for %q lacks %q or %s:\n%s", arg, line, f.env(), help)
 			}
 		}
-		for _, want := range []string{"Examples:", "/readyz", "Authentication is not implemented yet"} {
+		for _, want := range []string{"Examples:", "/readyz", "By default (--auth none) there is no authentication"} {
 			if !strings.Contains(help, want) {
 				t.Errorf("help lacks %q", want)
 			}
@@ -150,6 +165,64 @@ func TestFlagEnvNames(t *testing.T) {
 	for _, f := range serveFlags {
 		if w, ok := want[f.name]; ok && f.env() != w {
 			t.Errorf("env of --%s = %s, want %s", f.name, f.env(), w)
+		}
+	}
+}
+
+func TestParseServeSecurity(t *testing.T) {
+	tests := []struct {
+		args  []string
+		env   map[string]string
+		check func(serveConfig) bool
+	}{
+		{[]string{"--auth", "jwt", "--jwt-secret-env", "S", "--jwt-audience", "a", "--jwt-issuer", "i"}, nil,
+			func(c serveConfig) bool {
+				return c.auth == "jwt" && c.jwtSecretEnv == "S" && c.jwtAudience == "a" && c.jwtIssuer == "i"
+			}},
+		{nil, map[string]string{"WSGATEWAY_AUTH": "jwt", "WSGATEWAY_JWT_JWKS_FILE": "k.json", "WSGATEWAY_JWT_COOKIE": "-"},
+			func(c serveConfig) bool { return c.jwtJWKSFile == "k.json" && c.jwtCookie == "-" }},
+		{[]string{"--allowed-origins", "chat.example.com, *.example.com,https://app.example.com"}, nil,
+			func(c serveConfig) bool {
+				return reflect.DeepEqual(c.allowedOrigins, []string{"chat.example.com", "*.example.com", "https://app.example.com"})
+			}},
+		{[]string{"--read-limit", "64KiB", "--max-run-bytes", "1GiB", "--max-event-bytes", "2048", "--max-run-events", "7"}, nil,
+			func(c serveConfig) bool {
+				return c.readLimit == 64<<10 && c.maxRunBytes == 1<<30 && c.maxEventBytes == 2048 && c.maxRunEvents == 7
+			}},
+		{[]string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--header-timeout", "2s", "--handshake-timeout", "5s"}, nil,
+			func(c serveConfig) bool {
+				return c.tlsCert == "c.pem" && c.tlsKey == "k.pem" && c.headerTimeout == 2*time.Second && c.handshakeTimeout == 5*time.Second
+			}},
+	}
+	for _, tt := range tests {
+		got, err := parseServe(tt.args, env(tt.env), io.Discard)
+		if err != nil || !tt.check(got) {
+			t.Errorf("parseServe(%q) with env %v = %+v, %v", tt.args, tt.env, got, err)
+		}
+	}
+	errs := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--auth", "basic"}, "want none or jwt"},
+		{[]string{"--auth", "jwt"}, "--auth jwt needs exactly one of --jwt-secret-env, --jwt-key-file and --jwt-jwks-file"},
+		{[]string{"--auth", "jwt", "--jwt-secret-env", "S", "--jwt-key-file", "k.pem"}, "needs exactly one"},
+		{[]string{"--jwt-key-file", "k.pem"}, "--jwt-* flags need --auth jwt"},
+		{[]string{"--jwt-audience", "a"}, "--jwt-* flags need --auth jwt"},
+		{[]string{"--jwt-cookie", ""}, "must not be empty (use - to disable)"},
+		{[]string{"--jwt-query-param", "a=b"}, `"a=b" is not a valid name`},
+		{[]string{"--allowed-origins", "[bad"}, `"[bad" is not a host pattern`},
+		{[]string{"--tls-cert", "c.pem"}, "--tls-cert and --tls-key go together"},
+		{[]string{"--read-limit", "1MB"}, "want a size such as 65536, 512KiB or 1MiB"},
+		{[]string{"--read-limit", "100"}, "must be at least 1024 bytes"},
+		{[]string{"--max-run-events", "0"}, "want a positive integer"},
+		{[]string{"--max-event-bytes", "2MiB", "--max-run-bytes", "1MiB"}, "--max-event-bytes 2097152 is larger than --max-run-bytes 1048576"},
+		{[]string{"--header-timeout", "0s"}, "must be positive"},
+	}
+	for _, tt := range errs {
+		_, err := parseServe(tt.args, env(nil), io.Discard)
+		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("parseServe(%q) error = %v, want errUsage containing %q", tt.args, err, tt.want)
 		}
 	}
 }

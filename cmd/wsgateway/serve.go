@@ -45,14 +45,13 @@ const (
 	keyTimeout = "timeout"
 )
 
-// HTTP server timeouts. A WebSocket upgrade hijacks its connection, which clears these
-// deadlines, so they bound only plain requests and handshakes.
+// HTTP server timeouts (besides --header-timeout and --handshake-timeout). A WebSocket
+// upgrade hijacks its connection, which clears these deadlines, so they bound only plain
+// requests and handshakes.
 const (
-	readHeaderTimeout = 10 * time.Second
-	readTimeout       = 30 * time.Second
-	writeTimeout      = 30 * time.Second
-	idleTimeout       = 2 * time.Minute
-	readyTimeout      = 3 * time.Second
+	writeTimeout = 30 * time.Second
+	idleTimeout  = 2 * time.Minute
+	readyTimeout = 3 * time.Second
 	// closeGrace bounds the HTTP server's own shutdown beyond the drain timeout.
 	closeGrace = 5 * time.Second
 )
@@ -101,6 +100,9 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 	if err := serve(ctx, cfg, log); err != nil {
 		log.Error("wsgateway failed", keyErr, err)
+		if errors.Is(err, errUsage) {
+			return 2
+		}
 		return 1
 	}
 	return 0
@@ -140,9 +142,27 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	principal, authMode, err := newPrincipal(cfg, os.LookupEnv, log)
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := newTLSConfig(cfg)
+	if err != nil {
+		return err
+	}
+	logOrigins(cfg, log)
 	conv, err := conversation.New(conversation.Config{
-		Store: jsstore.New(store),
-		Agent: agent,
+		Principal:      principal,
+		OriginPatterns: cfg.allowedOrigins,
+		ReadLimit:      cfg.readLimit,
+		QueueSize:      cfg.queueFrames,
+		QueueBytes:     int(cfg.queueBytes),
+		EarlyAborts:    cfg.earlyAborts,
+		EarlyAbortTTL:  cfg.earlyAbortTTL,
+		Store:          jsstore.New(store),
+		Agent:          agent,
+		TurnLimits:     runLimits(cfg),
+		TurnContext:    clientHeaders(cfg.agentForward),
 		Heartbeat: heartbeat.Config{
 			Interval:    cfg.heartbeat,
 			IdleTimeout: cfg.idleTimeout,
@@ -162,6 +182,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", conv)
+	for path, framing := range map[string]conversation.Framing{cfg.chatPath: conversation.SSE, cfg.ndjsonPath: conversation.NDJSON} {
+		if path != "" { // the HTTP transports (PROTOCOL.md section 5)
+			mux.Handle("POST "+path, conv.HTTPHandler(framing))
+			mux.Handle("GET "+path, conv.HTTPHandler(framing))
+		}
+	}
 	mux.Handle("GET /", web.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -178,16 +204,22 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	})
 	srv := &http.Server{
 		Handler:           mux,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
+		ReadHeaderTimeout: cfg.headerTimeout,
+		ReadTimeout:       cfg.handshakeTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		TLSConfig:         tlsConfig,
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 	}
 
 	addr := ln.Addr().String()
-	attrs := []any{keyAddr, addr, keyURL, "http://" + addr + "/", keyAgent, cfg.agent,
-		keyAuth, "off (development mode: no authentication)", keyVersion, version}
+	scheme := "http://"
+	if tlsConfig != nil {
+		scheme = "https://"
+	}
+	attrs := []any{keyAddr, addr, keyURL, scheme + addr + "/", keyAgent, cfg.agent,
+		keyAuth, authMode, keyVersion, version}
 	if len(cfg.natsURLs) == 0 {
 		attrs = append(attrs, keyNATS, "embedded", keyDataDir, cfg.dataDir, keyNATSURL, store.ClientURL())
 	} else {
@@ -196,7 +228,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	log.Info("listening", attrs...)
 
 	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	go func() {
+		if tlsConfig != nil {
+			served <- srv.ServeTLS(ln, "", "") // the certificate is in srv.TLSConfig
+			return
+		}
+		served <- srv.Serve(ln)
+	}()
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
@@ -247,5 +285,5 @@ func newAgent(cfg serveConfig) (turn.Agent, error) {
 	case agentDemo:
 		return demo.New(), nil
 	}
-	return nil, fmt.Errorf("%w: agent %q is not available yet", errUsage, cfg.agent)
+	return newUpstreamAgent(cfg)
 }
