@@ -23,10 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
-	"strings"
-	"time"
 
 	"github.com/wsgateway/wsgateway/agent"
 	"github.com/wsgateway/wsgateway/agent/internal/sse"
@@ -39,15 +36,6 @@ var (
 	ErrMalformed = errors.New("the upstream sent an event that is not a JSON object")
 )
 
-// Defaults of Config's zero fields.
-const (
-	DefaultConnectTimeout    = sse.DefaultConnectTimeout
-	DefaultFirstEventTimeout = sse.DefaultFirstEventTimeout
-	DefaultGapTimeout        = sse.DefaultGapTimeout
-	DefaultTurnTimeout       = sse.DefaultTurnTimeout
-	DefaultMaxEventBytes     = sse.DefaultMaxEventBytes
-)
-
 // excerptBytes bounds the excerpt of a malformed event in errors.
 const excerptBytes = 120
 
@@ -55,31 +43,14 @@ const excerptBytes = 120
 type Config struct {
 	// URL is the endpoint the RunAgentInput is POSTed to (http or https).
 	URL string
-	// Header is sent with every request (e.g. Authorization); Content-Type and Accept are
-	// set by the agent.
-	Header http.Header
-	// ForwardHeaders names the headers of the client's handshake (agent.ClientHeader of
-	// Run's context) copied onto the request, e.g. "Authorization" or "Cookie". A static
-	// Header of the same name wins.
-	ForwardHeaders []string
-
-	ConnectTimeout    time.Duration // dial and TLS handshake (10s)
-	FirstEventTimeout time.Duration // request sent → first event (60s)
-	GapTimeout        time.Duration // longest silence of the stream after the first event (60s)
-	TurnTimeout       time.Duration // the whole request (30m)
-	MaxEventBytes     int           // one event's data (1 MiB)
-
-	// Client, if set, sends the requests (tests); ConnectTimeout is then its business.
-	Client *http.Client
+	// Upstream sets the headers, timeouts and event size limit.
+	agent.Upstream
 }
 
 // Agent relays turns to an AG-UI server. It is safe for concurrent use by many turns.
 type Agent struct {
-	url     string
-	header  http.Header
-	forward []string
-	limits  sse.Limits
-	client  *http.Client
+	url string
+	up  *sse.Upstream
 }
 
 // New validates cfg and returns the agent.
@@ -88,48 +59,21 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, fmt.Errorf("%w: URL %q is not an http(s) URL", ErrConfig, cfg.URL)
 	}
-	if cfg.ConnectTimeout < 0 || cfg.FirstEventTimeout < 0 || cfg.GapTimeout < 0 || cfg.TurnTimeout < 0 || cfg.MaxEventBytes < 0 {
-		return nil, fmt.Errorf("%w: negative timeout or limit", ErrConfig)
+	up, err := sse.NewUpstream(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
-	client := cfg.Client
-	if client == nil {
-		client = sse.NewClient(cfg.ConnectTimeout)
-	}
-	a := &Agent{
-		url:    cfg.URL,
-		header: cfg.Header.Clone(),
-		limits: sse.Limits{
-			FirstEvent:    cfg.FirstEventTimeout,
-			Gap:           cfg.GapTimeout,
-			Turn:          cfg.TurnTimeout,
-			MaxEventBytes: cfg.MaxEventBytes,
-		},
-		client: client,
-	}
-	for _, name := range cfg.ForwardHeaders {
-		name = strings.TrimSpace(name)
-		if name == "" {
-			continue
-		}
-		a.forward = append(a.forward, http.CanonicalHeaderKey(name))
-	}
-	return a, nil
+	return &Agent{url: cfg.URL, up: up}, nil
 }
 
 // Run POSTs in to the server and emits its events until the stream ends. See the package
 // documentation for the errors.
 func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(event []byte) error) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, bytes.NewReader(in.JSON()))
+	req, err := a.up.Request(ctx, a.url, in.JSON())
 	if err != nil {
 		return fmt.Errorf("aguihttp: build request: %w", err)
 	}
-	sse.ForwardHeaders(req.Header, agent.ClientHeader(ctx), a.forward)
-	for k, vs := range a.header {
-		req.Header[k] = append([]string(nil), vs...)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
-	err = sse.Stream(ctx, a.client, req, a.limits, nil, func(ev sse.Event) error {
+	err = a.up.Stream(ctx, req, nil, func(ev sse.Event) error {
 		data := bytes.TrimSpace([]byte(ev.Data))
 		if len(data) == 0 || data[0] != '{' || !json.Valid(data) {
 			return fmt.Errorf("%w: %s", ErrMalformed, sse.Excerpt(data, excerptBytes))

@@ -46,7 +46,7 @@ func newAgent(tb testing.TB, cfg Config) *Agent {
 	if err != nil {
 		tb.Fatalf("New(%+v): %v", cfg, err)
 	}
-	tb.Cleanup(a.client.CloseIdleConnections)
+	tb.Cleanup(a.up.CloseIdleConnections)
 	return a
 }
 
@@ -92,9 +92,11 @@ func TestRunRelays(t *testing.T) {
 		io.WriteString(w, `NISHED","threadId":"th","runId":"r1"}`+"\n\n")
 	})
 	a := newAgent(t, Config{
-		URL:            srv.URL + "/agent",
-		Header:         http.Header{"X-Api-Key": {"static"}},
-		ForwardHeaders: []string{"x-user", "x-api-key"},
+		URL: srv.URL + "/agent",
+		Upstream: agent.Upstream{
+			Header:         http.Header{"X-Api-Key": {"static"}},
+			ForwardHeaders: []string{"x-user", "x-api-key"},
+		},
 	})
 	ctx := agent.WithClientHeader(context.Background(), http.Header{
 		"X-User": {"alice"}, "X-Api-Key": {"from-client"}, "Cookie": {"c=1"},
@@ -147,7 +149,7 @@ func TestRunFailures(t *testing.T) {
 		},
 		{
 			name: "oversized",
-			cfg:  Config{MaxEventBytes: 64},
+			cfg:  Config{Upstream: agent.Upstream{MaxEventBytes: 64}},
 			handler: func(w http.ResponseWriter, r *http.Request, body []byte) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				io.WriteString(w, `data: {"type":"CUSTOM","name":"x","value":"`+strings.Repeat("v", 100)+`"}`+"\n\n")
@@ -156,7 +158,7 @@ func TestRunFailures(t *testing.T) {
 		},
 		{
 			name: "stalled",
-			cfg:  Config{GapTimeout: 200 * time.Millisecond},
+			cfg:  Config{Upstream: agent.Upstream{GapTimeout: 200 * time.Millisecond}},
 			handler: func(w http.ResponseWriter, r *http.Request, body []byte) {
 				w.Header().Set("Content-Type", "text/event-stream")
 				io.WriteString(w, "data: {\"type\":\"RUN_STARTED\",\"threadId\":\"th\",\"runId\":\"r1\"}\n\n")
@@ -168,7 +170,7 @@ func TestRunFailures(t *testing.T) {
 		},
 		{
 			name: "no first event",
-			cfg:  Config{FirstEventTimeout: 200 * time.Millisecond},
+			cfg:  Config{Upstream: agent.Upstream{FirstEventTimeout: 200 * time.Millisecond}},
 			handler: func(w http.ResponseWriter, r *http.Request, body []byte) {
 				<-r.Context().Done()
 			},
@@ -237,8 +239,8 @@ func TestNewErrors(t *testing.T) {
 		{},
 		{URL: "127.0.0.1:8000/agent"},
 		{URL: "ftp://host/agent"},
-		{URL: "http://host/agent", GapTimeout: -time.Second},
-		{URL: "http://host/agent", MaxEventBytes: -1},
+		{URL: "http://host/agent", Upstream: agent.Upstream{GapTimeout: -time.Second}},
+		{URL: "http://host/agent", Upstream: agent.Upstream{MaxEventBytes: -1}},
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)

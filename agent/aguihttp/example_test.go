@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 
+	"github.com/wsgateway/wsgateway/agent"
 	"github.com/wsgateway/wsgateway/agent/aguihttp"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -21,7 +22,7 @@ func Example() {
 	}))
 	defer server.Close()
 
-	a, err := aguihttp.New(aguihttp.Config{URL: server.URL, Header: http.Header{"X-Api-Key": {"secret"}}})
+	a, err := aguihttp.New(aguihttp.Config{URL: server.URL, Upstream: agent.Upstream{Header: http.Header{"X-Api-Key": {"secret"}}}})
 	if err != nil {
 		fmt.Println(err)
 		return

@@ -35,14 +35,11 @@
 package openai
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/wsgateway/wsgateway/agent"
 	"github.com/wsgateway/wsgateway/agent/internal/sse"
@@ -62,15 +59,6 @@ var (
 // Prefix starts the message of every upstream failure Run reports (the RUN_ERROR message).
 const Prefix = "openai agent"
 
-// Defaults of Config's zero fields.
-const (
-	DefaultConnectTimeout    = sse.DefaultConnectTimeout
-	DefaultFirstEventTimeout = sse.DefaultFirstEventTimeout
-	DefaultGapTimeout        = sse.DefaultGapTimeout
-	DefaultTurnTimeout       = sse.DefaultTurnTimeout
-	DefaultMaxEventBytes     = sse.DefaultMaxEventBytes
-)
-
 // excerptBytes bounds the excerpts of the upstream's words in errors.
 const excerptBytes = 200
 
@@ -84,31 +72,17 @@ type Config struct {
 	Model string
 	// APIKey, if set, is sent as "Authorization: Bearer <APIKey>".
 	APIKey string
-	// Header is sent with every request (after ForwardHeaders, before the API key).
-	Header http.Header
-	// ForwardHeaders names headers of the client's handshake (agent.ClientHeader of Run's
-	// context) copied onto the request.
-	ForwardHeaders []string
-
-	ConnectTimeout    time.Duration // dial and TLS handshake (10s)
-	FirstEventTimeout time.Duration // request sent → first chunk (60s)
-	GapTimeout        time.Duration // longest silence of the stream after the first chunk (60s)
-	TurnTimeout       time.Duration // the whole request (30m)
-	MaxEventBytes     int           // one server-sent event's data (1 MiB)
-
-	// Client, if set, sends the requests (tests); ConnectTimeout is then its business.
-	Client *http.Client
+	// Upstream sets the headers, timeouts and event size limit; the API key is set after
+	// its headers.
+	agent.Upstream
 }
 
 // Agent answers turns with a Chat Completions server. It is safe for concurrent use.
 type Agent struct {
-	url     string
-	model   string
-	key     string
-	header  http.Header
-	forward []string
-	limits  sse.Limits
-	client  *http.Client
+	url   string
+	model string
+	key   string
+	up    *sse.Upstream
 }
 
 // New validates cfg and returns the agent.
@@ -120,36 +94,15 @@ func New(cfg Config) (*Agent, error) {
 	if strings.TrimSpace(cfg.Model) == "" {
 		return nil, fmt.Errorf("%w: no model", ErrConfig)
 	}
-	if cfg.ConnectTimeout < 0 || cfg.FirstEventTimeout < 0 || cfg.GapTimeout < 0 || cfg.TurnTimeout < 0 || cfg.MaxEventBytes < 0 {
-		return nil, fmt.Errorf("%w: negative timeout or limit", ErrConfig)
+	up, err := sse.NewUpstream(cfg.Upstream)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 	}
 	endpoint := strings.TrimRight(cfg.BaseURL, "/")
 	if !strings.HasSuffix(endpoint, "/chat/completions") {
 		endpoint += "/chat/completions"
 	}
-	client := cfg.Client
-	if client == nil {
-		client = sse.NewClient(cfg.ConnectTimeout)
-	}
-	a := &Agent{
-		url:    endpoint,
-		model:  cfg.Model,
-		key:    cfg.APIKey,
-		header: cfg.Header.Clone(),
-		limits: sse.Limits{
-			FirstEvent:    cfg.FirstEventTimeout,
-			Gap:           cfg.GapTimeout,
-			Turn:          cfg.TurnTimeout,
-			MaxEventBytes: cfg.MaxEventBytes,
-		},
-		client: client,
-	}
-	for _, name := range cfg.ForwardHeaders {
-		if name = strings.TrimSpace(name); name != "" {
-			a.forward = append(a.forward, http.CanonicalHeaderKey(name))
-		}
-	}
-	return a, nil
+	return &Agent{url: endpoint, model: cfg.Model, key: cfg.APIKey, up: up}, nil
 }
 
 // errDone ends the stream at [DONE].
@@ -164,16 +117,10 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 	if err != nil {
 		return fmt.Errorf("%s: %w", Prefix, err)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.url, bytes.NewReader(body))
+	req, err := a.up.Request(ctx, a.url, body)
 	if err != nil {
 		return fmt.Errorf("openai: build request: %w", err)
 	}
-	sse.ForwardHeaders(req.Header, agent.ClientHeader(ctx), a.forward)
-	for k, vs := range a.header {
-		req.Header[k] = append([]string(nil), vs...)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Accept", "text/event-stream")
 	if a.key != "" {
 		req.Header.Set("Authorization", "Bearer "+a.key)
 	}
@@ -187,7 +134,7 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 	if err := c.start(); err != nil {
 		return err
 	}
-	err = sse.Stream(ctx, a.client, req, a.limits, a.redact, func(ev sse.Event) error {
+	err = a.up.Stream(ctx, req, a.redact, func(ev sse.Event) error {
 		return c.event(ev, a.redact)
 	})
 	switch {

@@ -126,11 +126,11 @@ func stream(tb testing.TB, datas ...string) (*httptest.Server, *string) {
 
 func newAgent(tb testing.TB, base string) *Agent {
 	tb.Helper()
-	a, err := New(Config{BaseURL: base + "/v1/", Model: "m", APIKey: "sk-test-key", GapTimeout: 5 * time.Second})
+	a, err := New(Config{BaseURL: base + "/v1/", Model: "m", APIKey: "sk-test-key", Upstream: agent.Upstream{GapTimeout: 5 * time.Second}})
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tb.Cleanup(a.client.CloseIdleConnections)
+	tb.Cleanup(a.up.CloseIdleConnections)
 	return a
 }
 
@@ -385,11 +385,11 @@ func TestRunHeaders(t *testing.T) {
 	}))
 	defer srv.Close()
 	a, err := New(Config{BaseURL: srv.URL + "/v1/chat/completions", Model: "m", APIKey: "sk-k",
-		Header: http.Header{"X-Tenant": {"t1"}}, ForwardHeaders: []string{"x-user", "authorization"}})
+		Upstream: agent.Upstream{Header: http.Header{"X-Tenant": {"t1"}}, ForwardHeaders: []string{"x-user", "authorization"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.client.CloseIdleConnections()
+	defer a.up.CloseIdleConnections()
 	ctx := agent.WithClientHeader(context.Background(), http.Header{"X-User": {"u"}, "Authorization": {"Bearer client"}})
 	if err := a.Run(ctx, decode(t, frame), func([]byte) error { return nil }); err != nil {
 		t.Fatalf("Run: %v", err)
@@ -437,7 +437,7 @@ func TestNewErrors(t *testing.T) {
 		{Model: "m"},
 		{BaseURL: "api.openai.com/v1", Model: "m"},
 		{BaseURL: "https://api.openai.com/v1"},
-		{BaseURL: "https://api.openai.com/v1", Model: "m", TurnTimeout: -1},
+		{BaseURL: "https://api.openai.com/v1", Model: "m", Upstream: agent.Upstream{TurnTimeout: -1}},
 	} {
 		if _, err := New(cfg); !errors.Is(err, ErrConfig) {
 			t.Errorf("New(%+v) = %v, want ErrConfig", cfg, err)

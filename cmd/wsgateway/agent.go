@@ -15,41 +15,29 @@ import (
 // newUpstreamAgent returns the agui or openai agent of cfg. One upstream event may be as large
 // as --max-event-bytes, the turn's own bound on an event.
 func newUpstreamAgent(cfg serveConfig) (turn.Agent, error) {
+	up := agent.Upstream{
+		Header:            cfg.agentHeader,
+		ForwardHeaders:    cfg.agentForward,
+		ConnectTimeout:    cfg.agentConnectTimeout,
+		FirstEventTimeout: cfg.agentFirstEvent,
+		GapTimeout:        cfg.agentGapTimeout,
+		TurnTimeout:       cfg.agentTurnTimeout,
+		MaxEventBytes:     int(cfg.maxEventBytes),
+	}
+	var a turn.Agent
+	var err error
 	switch cfg.agent {
 	case agentAGUI:
-		a, err := aguihttp.New(aguihttp.Config{
-			URL:               cfg.agentURL,
-			Header:            cfg.agentHeader,
-			ForwardHeaders:    cfg.agentForward,
-			ConnectTimeout:    cfg.agentConnectTimeout,
-			FirstEventTimeout: cfg.agentFirstEvent,
-			GapTimeout:        cfg.agentGapTimeout,
-			TurnTimeout:       cfg.agentTurnTimeout,
-			MaxEventBytes:     int(cfg.maxEventBytes),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		return a, nil
+		a, err = aguihttp.New(aguihttp.Config{URL: cfg.agentURL, Upstream: up})
 	case agentOpenAI:
-		a, err := openai.New(openai.Config{
-			BaseURL:           cfg.agentURL,
-			Model:             cfg.agentModel,
-			APIKey:            cfg.agentAPIKey,
-			Header:            cfg.agentHeader,
-			ForwardHeaders:    cfg.agentForward,
-			ConnectTimeout:    cfg.agentConnectTimeout,
-			FirstEventTimeout: cfg.agentFirstEvent,
-			GapTimeout:        cfg.agentGapTimeout,
-			TurnTimeout:       cfg.agentTurnTimeout,
-			MaxEventBytes:     int(cfg.maxEventBytes),
-		})
-		if err != nil {
-			return nil, fmt.Errorf("%w: %v", errUsage, err)
-		}
-		return a, nil
+		a, err = openai.New(openai.Config{BaseURL: cfg.agentURL, Model: cfg.agentModel, APIKey: cfg.agentAPIKey, Upstream: up})
+	default:
+		return nil, fmt.Errorf("%w: unknown agent %q", errUsage, cfg.agent)
 	}
-	return nil, fmt.Errorf("%w: unknown agent %q", errUsage, cfg.agent)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", errUsage, err)
+	}
+	return a, nil
 }
 
 // clientHeaders returns the conversation.Config.TurnContext that hands the agents the headers

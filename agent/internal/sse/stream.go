@@ -1,6 +1,7 @@
 package sse
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,8 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/wsgateway/wsgateway/agent"
 )
 
 // Errors of Stream. Compare with errors.Is. Their text is meant for the client that sees the
@@ -249,11 +253,63 @@ func (a *activityReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// ForwardHeaders copies the headers named (canonical names) from client to dst.
-func ForwardHeaders(dst, client http.Header, names []string) {
-	for _, name := range names {
-		if vs := client.Values(name); len(vs) > 0 {
-			dst[name] = append([]string(nil), vs...)
+// ErrConfig reports an invalid agent.Upstream.
+var ErrConfig = errors.New("negative timeout or limit")
+
+// Upstream sends an agent's streamed requests as its agent.Upstream configures them.
+type Upstream struct {
+	header  http.Header
+	forward []string // canonical names
+	limits  Limits
+	client  *http.Client
+}
+
+// NewUpstream validates u (ErrConfig) and returns what sends its requests.
+func NewUpstream(u agent.Upstream) (*Upstream, error) {
+	if u.ConnectTimeout < 0 || u.FirstEventTimeout < 0 || u.GapTimeout < 0 || u.TurnTimeout < 0 || u.MaxEventBytes < 0 {
+		return nil, ErrConfig
+	}
+	up := &Upstream{
+		header: u.Header.Clone(),
+		limits: Limits{FirstEvent: u.FirstEventTimeout, Gap: u.GapTimeout, Turn: u.TurnTimeout, MaxEventBytes: u.MaxEventBytes},
+		client: u.Client,
+	}
+	if up.client == nil {
+		up.client = NewClient(u.ConnectTimeout)
+	}
+	for _, name := range u.ForwardHeaders {
+		if name = strings.TrimSpace(name); name != "" {
+			up.forward = append(up.forward, http.CanonicalHeaderKey(name))
 		}
 	}
+	return up, nil
+}
+
+// Request returns a POST of the JSON body to url asking for an event stream, with the client
+// headers of ctx that are forwarded, then the static headers.
+func (u *Upstream) Request(ctx context.Context, url string, body []byte) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	client := agent.ClientHeader(ctx)
+	for _, name := range u.forward {
+		if vs := client.Values(name); len(vs) > 0 {
+			req.Header[name] = append([]string(nil), vs...)
+		}
+	}
+	for k, vs := range u.header {
+		req.Header[k] = append([]string(nil), vs...)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "text/event-stream")
+	return req, nil
+}
+
+// CloseIdleConnections closes the idle connections of the upstream's client.
+func (u *Upstream) CloseIdleConnections() { u.client.CloseIdleConnections() }
+
+// Stream is the package's Stream with the upstream's client and limits.
+func (u *Upstream) Stream(ctx context.Context, req *http.Request, redact func(string) string, each func(Event) error) error {
+	return Stream(ctx, u.client, req, u.limits, redact, each)
 }
