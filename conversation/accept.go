@@ -4,32 +4,129 @@ import (
 	"bufio"
 	"net"
 	"net/http"
+	"sync"
+	"time"
 )
 
-// socketBufferSize sizes a socket's read and write buffers. coder/websocket keeps the
-// buffers of the hijacked connection for the socket's life; net/http's are 4 KiB each,
-// which is most of an idle socket's cost. Frames larger than the buffer bypass it, and every
-// frame is flushed on its own, so small buffers cost little throughput.
+// socketBufferSize sizes a socket's read buffer. coder/websocket keeps the buffers of the
+// hijacked connection for the socket's life; net/http's are 4 KiB each, which is most of an
+// idle socket's cost. Frames larger than the buffer bypass it.
 const socketBufferSize = 512
 
-// smallBuffers is a ResponseWriter whose Hijack returns buffers of socketBufferSize. The
-// handshake response is flushed by Hijack, so the write buffer can be replaced; the read
-// buffer is replaced unless it already holds bytes of the client (a pipelined first frame).
-type smallBuffers struct {
+// batchWriteBufferSize sizes the write buffer of a batching socket: coder/websocket flushes
+// it after every frame into the batch buffer, so it only needs to hold a frame header or a
+// control frame.
+const batchWriteBufferSize = 64
+
+// batchBufferSize bounds the bytes a batch holds before they are written: a batch of queued
+// frames leaves in one write system call per batchBufferSize bytes.
+const batchBufferSize = 32 << 10
+
+// batchBuffers holds the buffers of the batches in progress; an idle socket holds none.
+var batchBuffers = sync.Pool{New: func() any {
+	b := make([]byte, 0, batchBufferSize)
+	return &b
+}}
+
+// batchHijacker is a ResponseWriter whose Hijack returns the connection as a *batchConn (in
+// field conn, for the socket's writer) with small buffers: the read buffer of
+// socketBufferSize, the write buffer of batchWriteBufferSize.
+type batchHijacker struct {
 	http.ResponseWriter
+	conn *batchConn // set by Hijack
 }
 
-func (w smallBuffers) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	conn, brw, err := http.NewResponseController(w.ResponseWriter).Hijack()
+func (w *batchHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
+	return hijack(w.ResponseWriter, batchWriteBufferSize, &w.conn)
+}
+
+// Unwrap lets http.ResponseController reach the underlying writer.
+func (w *batchHijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// hijack takes over w's connection, wrapped in a batchConn stored in batch, with a read
+// buffer of socketBufferSize and a write buffer of writeSize.
+func hijack(w http.ResponseWriter, writeSize int, batch **batchConn) (net.Conn, *bufio.ReadWriter, error) {
+	raw, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
+	*batch = &batchConn{Conn: raw}
+	conn := net.Conn(*batch)
 	r := brw.Reader
 	if r.Buffered() == 0 {
 		r = bufio.NewReaderSize(conn, socketBufferSize)
 	} // else the client pipelined its first frame: keep the reader that holds it
-	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(conn, socketBufferSize)), nil
+	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(conn, writeSize)), nil
 }
 
-// Unwrap lets http.ResponseController reach the underlying writer.
-func (w smallBuffers) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+// batchConn is a socket's connection whose writes can be batched. Outside a batch every write
+// goes to the connection at once. Between begin and end (the writer goroutine writing the
+// frames it took from the queue), every write, the batch's frames and any control frame
+// (ping, pong, close) another goroutine writes meanwhile, is appended to a pooled buffer,
+// written when the buffer would pass batchBufferSize and at end: a control frame waits at
+// most until the end of the batch. All writes of a batch share one write deadline.
+//
+// mu is held across the system calls, so the bytes of concurrent writers, direct or
+// buffered, reach the connection in the order they were written.
+type batchConn struct {
+	net.Conn
+	mu  sync.Mutex
+	buf *[]byte // the batch in progress; nil outside a batch
+}
+
+// Write writes p, or appends it to the batch in progress.
+func (c *batchConn) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.buf == nil {
+		return c.Conn.Write(p)
+	}
+	if len(*c.buf)+len(p) > batchBufferSize {
+		if err := c.flushLocked(); err != nil {
+			return 0, err
+		}
+		if len(p) >= batchBufferSize {
+			return c.Conn.Write(p)
+		}
+	}
+	*c.buf = append(*c.buf, p...)
+	return len(p), nil
+}
+
+// begin starts a batch whose writes must be done by deadline.
+func (c *batchConn) begin(deadline time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	// An error here means the connection is closed: the batch's writes report it.
+	_ = c.Conn.SetWriteDeadline(deadline)
+	if c.buf == nil {
+		c.buf = batchBuffers.Get().(*[]byte)
+	}
+}
+
+// end writes what the batch holds, returns its buffer to the pool and clears the write
+// deadline (coder/websocket bounds the writes outside batches with its own timeouts).
+func (c *batchConn) end() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.buf == nil {
+		return nil
+	}
+	err := c.flushLocked()
+	batchBuffers.Put(c.buf)
+	c.buf = nil
+	_ = c.Conn.SetWriteDeadline(time.Time{})
+	return err
+}
+
+// flushLocked writes the batch's bytes and empties the buffer, also on error (the socket is
+// closed then).
+func (c *batchConn) flushLocked() error {
+	b := *c.buf
+	*c.buf = b[:0]
+	if len(b) == 0 {
+		return nil
+	}
+	_, err := c.Conn.Write(b)
+	return err
+}

@@ -57,13 +57,19 @@ type conn struct {
 	gone        bool          // the handler is returning: no goroutine may start
 	room        chan struct{} // closed when the writer takes frames, for a waiting producer
 	wg          sync.WaitGroup
+	// out is the socket's connection, upgraded through a batchHijacker: the writer sends
+	// each batch of queued frames with one system call per batchBufferSize bytes.
+	out *batchConn
 
-	turns   turnSet         // conversation sockets only
-	turnCtx context.Context // values for its turns' agents (Config.TurnContext); nil: none
+	turns     turnSet         // conversation sockets only
+	runFrames tokenBucket     // run frames taken (Config.RunFrameRate); reader only
+	turnCtx   context.Context // values for its turns' agents (Config.TurnContext); nil: none
 }
 
-func newConn(s *Server, ws *websocket.Conn, kind metrics.SocketKind, principal string, log *slog.Logger) *conn {
-	c := &conn{srv: s, ws: ws, kind: kind, principal: principal, log: log}
+// newConn returns the socket ws, upgraded through a batchHijacker whose connection is out.
+// out is set before the socket joins the heartbeat wheel, whose pings start the writer.
+func newConn(s *Server, ws *websocket.Conn, out *batchConn, kind metrics.SocketKind, principal string, log *slog.Logger) *conn {
+	c := &conn{srv: s, ws: ws, out: out, kind: kind, principal: principal, log: log}
 	c.hb = s.wheel.Add(c)
 	return c
 }
@@ -232,28 +238,49 @@ func (c *conn) writeLoop() {
 			c.room = nil
 		}
 		c.mu.Unlock()
-		for _, f := range batch {
+		if err := c.writeBatch(batch); err != nil {
 			c.mu.Lock()
-			drop := c.closing && !c.flush
+			c.closing, c.queue, c.queued, c.writing, c.gone = true, nil, 0, false, true
 			c.mu.Unlock()
-			if drop {
-				break
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), c.srv.cfg.WriteTimeout)
-			err := c.ws.Write(ctx, websocket.MessageText, f.data)
-			cancel()
-			if err != nil {
-				c.mu.Lock()
-				c.closing, c.queue, c.queued, c.writing, c.gone = true, nil, 0, false, true
-				c.mu.Unlock()
-				c.ws.CloseNow()
-				return
-			}
-			if !f.emitted.IsZero() {
-				c.srv.cfg.Metrics.Delivered(time.Since(f.emitted))
-			}
+			c.ws.CloseNow()
+			return
 		}
 	}
+}
+
+// writeBatch writes the frames taken from the queue under one write deadline
+// (Config.WriteTimeout), stopping early when a close without flush is requested meanwhile.
+// The frames leave in one system call per batchBufferSize bytes, and coder/websocket gets a
+// context without deadline, so it arms no timer per frame.
+func (c *conn) writeBatch(batch []frame) error {
+	c.out.begin(time.Now().Add(c.srv.cfg.WriteTimeout))
+	ctx := context.Background()
+	var err error
+	n := 0
+	for _, f := range batch {
+		c.mu.Lock()
+		drop := c.closing && !c.flush
+		c.mu.Unlock()
+		if drop {
+			break
+		}
+		if err = c.ws.Write(ctx, websocket.MessageText, f.data); err != nil {
+			break
+		}
+		n++
+	}
+	if endErr := c.out.end(); err == nil {
+		err = endErr
+	}
+	if err != nil {
+		return err
+	}
+	for _, f := range batch[:n] {
+		if !f.emitted.IsZero() {
+			c.srv.cfg.Metrics.Delivered(time.Since(f.emitted))
+		}
+	}
+	return nil
 }
 
 func (c *conn) close(code websocket.StatusCode, reason string, abrupt bool) {

@@ -472,9 +472,9 @@ func TestSlowConsumer(t *testing.T) {
 // TestManyConversations runs 200 conversations at once; each drops its socket mid-turn and
 // resumes once from its last offset. Every client must see its whole turn, once.
 func TestManyConversations(t *testing.T) {
-	e := newEnv(t, envOptions{})
 	const n = 200
 	const tokens = 20
+	e := newEnv(t, envOptions{maxSockets: 2 * n}) // one principal: a socket and a resume each
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {

@@ -25,6 +25,17 @@
 // they go on into their logs, and the client resumes from there (Config.AbortOnDisconnect
 // restores abort-on-disconnect).
 //
+// Per-socket and per-principal limits, each answered clearly: a run frame for a new runId
+// while Config.MaxTurnsPerSocket turns run on the socket gets a bare RUN_ERROR (code
+// limit_exceeded, "max-socket-turns: ...") and creates no log (a resubmit is allowed); run
+// frames beyond a token bucket of Config.RunFrameRate per second and Config.RunFrameBurst
+// (two fields of the socket, refilled when a run frame arrives: no timer) get a bare
+// RUN_ERROR (code limit_exceeded, "run-frame-rate: ...") and are ignored, aborts are not
+// counted; a principal that holds Config.MaxSocketsPerPrincipal conversation sockets, resume
+// sockets and HTTP streams is refused 429 (MsgTooManySockets) before the upgrade, counted in
+// one map entry per principal and released when the socket or stream ends. The socket stays
+// open after every refusal.
+//
 // A request with an offset query parameter becomes a resume socket: it replays the run's log
 // strictly after the offset, tails it until the log is closed, then closes 1000. Inbound
 // frames are ignored. Close codes:
@@ -53,7 +64,7 @@
 //
 // A response ends when the log is closed. Refusals: 400 (body not JSON, an abort frame,
 // X-Run-Id mismatch, missing or bad runId or offset; without any offset the message says
-// what is expected), 401 (Config.Principal failed), 403 (an Origin header of another host
+// what is expected), 401 (Config.Principal failed), 429 (Config.MaxSocketsPerPrincipal), 403 (an Origin header of another host
 // that no Config.OriginPatterns entry matches), 404 (unknown or expired run, or another
 // principal's), 405, 413 (body over Config.ReadLimit), 503 (Shutdown began). An invalid
 // RunAgentInput or another principal's runId is answered as on a socket: a 200 stream
@@ -78,5 +89,6 @@
 // that does not fit is dropped and counted; a resume socket's replay waits for room instead
 // (the log is its buffer). Pings, dead-peer detection and idle closes come from one shared
 // heartbeat.Wheel, so an idle socket holds no goroutine, timer or queue besides its reader,
-// and reads and writes through 512-byte buffers.
+// and reads through a 512-byte buffer and writes through a 64-byte one. The writer sends each
+// batch of queued frames with one system call per 32 KiB, under one write deadline.
 package conversation

@@ -140,6 +140,11 @@ type envOptions struct {
 	heartbeat         heartbeat.Config
 	queueSize         int
 	serverTimeout     time.Duration // http.Server ReadTimeout and WriteTimeout; 0: none
+	// Per-socket and per-principal limits (0: the defaults).
+	maxTurns      int
+	maxSockets    int
+	runFrameRate  float64
+	runFrameBurst int
 	// wrap, if set, wraps the Store the Server uses.
 	wrap func(conversation.Store) conversation.Store
 }
@@ -168,11 +173,15 @@ func newEnv(t testing.TB, o envOptions) *env {
 		cs = o.wrap(cs)
 	}
 	srv, err := conversation.New(conversation.Config{
-		Store:             cs,
-		Agent:             testAgent{},
-		Heartbeat:         o.heartbeat,
-		QueueSize:         o.queueSize,
-		AbortOnDisconnect: o.abortOnDisconnect,
+		Store:                  cs,
+		Agent:                  testAgent{},
+		Heartbeat:              o.heartbeat,
+		QueueSize:              o.queueSize,
+		AbortOnDisconnect:      o.abortOnDisconnect,
+		MaxTurnsPerSocket:      o.maxTurns,
+		MaxSocketsPerPrincipal: o.maxSockets,
+		RunFrameRate:           o.runFrameRate,
+		RunFrameBurst:          o.runFrameBurst,
 		Principal: func(r *http.Request) (string, error) {
 			if p := r.Header.Get("X-Principal"); p != "" {
 				return p, nil

@@ -80,6 +80,11 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "origin not allowed", http.StatusForbidden)
 		return
 	}
+	if !srv.hold(principal) {
+		srv.refuseHold(w, r)
+		return
+	}
+	defer srv.release(principal)
 	if !srv.beginConn() {
 		http.Error(w, "service restart", http.StatusServiceUnavailable)
 		return
@@ -174,7 +179,7 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 		return
 	}
 	st.open()
-	s, prev := srv.httpTurns.add(principal+"\x00"+in.RunID, srv.cfg.EarlyAbortTTL)
+	s, prev := srv.httpTurns.add(principal+"\x00"+in.RunID, srv.cfg.EarlyAbortTTL, 0)
 	t, failure := srv.startTurn(&srv.httpTurns, s, prev, principal, in, srv.turnContext(r), st, st.log, func() { srv.httpTurns.remove(s) })
 	if t == nil {
 		if failure != nil {

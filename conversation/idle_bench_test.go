@@ -22,7 +22,7 @@ import (
 //
 //	go test -run '^$' -bench IdleSocket -benchtime 2000x ./conversation/
 func BenchmarkIdleSocket(b *testing.B) {
-	e := newEnv(b, envOptions{heartbeat: heartbeat.Config{Interval: time.Hour, IdleTimeout: time.Hour}})
+	e := newEnv(b, envOptions{heartbeat: heartbeat.Config{Interval: time.Hour, IdleTimeout: time.Hour}, maxSockets: 1 << 30})
 	addr := strings.TrimPrefix(e.http.URL, "http://")
 	before := memInUse()
 	conns := make([]net.Conn, 0, b.N)

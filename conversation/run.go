@@ -58,6 +58,11 @@ func (c *conn) handle(data []byte) {
 	case f.Kind == protocol.FrameAbort:
 		c.abort(f.RunID)
 	case f.Kind == protocol.FrameRun:
+		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
+			c.log.Debug("run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
+			c.Deliver(protocol.AppendRunError(nil, MsgRunFrameRate, CodeLimitExceeded), time.Time{})
+			return
+		}
 		c.run(f.Input)
 	}
 }
@@ -73,7 +78,13 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 	if !c.srv.beginStart() {
 		return // shutting down: the socket is closing 1012
 	}
-	s, prev := c.turns.add(in.RunID, c.srv.cfg.EarlyAbortTTL)
+	s, prev := c.turns.add(in.RunID, c.srv.cfg.EarlyAbortTTL, c.srv.cfg.MaxTurnsPerSocket)
+	if s == nil {
+		c.srv.startWG.Done()
+		c.log.Debug("run frame refused: max-socket-turns", slog.String(keyRunID, in.RunID))
+		c.Deliver(protocol.AppendRunError(nil, MsgTooManyTurns, CodeLimitExceeded), time.Time{})
+		return
+	}
 	c.hb.TurnStarted()
 	go c.start(s, prev, in)
 }
@@ -91,4 +102,34 @@ func (c *conn) start(s, prev *slot, in *protocol.RunAgentInput) {
 func (c *conn) endSlot(s *slot) {
 	c.turns.remove(s)
 	c.hb.TurnEnded()
+}
+
+// tokenBucket limits a rate of events: tokens fill at a rate per second up to a burst, and
+// each event takes one. The zero value is a full bucket. It has no timer: take refills it
+// from the time elapsed since the previous call. 16 bytes.
+type tokenBucket struct {
+	tokens float64       // tokens missing from a full bucket, as of at
+	at     time.Duration // monotonic() of the previous take; zero: never
+}
+
+// monoStart is the origin of monotonic.
+var monoStart = time.Now()
+
+// monotonic returns the time on the monotonic clock, positive.
+func monotonic() time.Duration { return time.Since(monoStart) + 1 }
+
+// take reports whether an event at now (monotonic) fits, and counts it if so.
+func (b *tokenBucket) take(now time.Duration, rate float64, burst int) bool {
+	if b.at != 0 {
+		b.tokens -= (now - b.at).Seconds() * rate
+		if b.tokens < 0 {
+			b.tokens = 0
+		}
+	}
+	b.at = now
+	if b.tokens+1 > float64(burst) {
+		return false
+	}
+	b.tokens++
+	return true
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net/http"
 	"sync"
 	"time"
@@ -54,6 +55,18 @@ const (
 	DefaultEarlyAbortTTL = 30 * time.Second
 	DefaultResubmitWait  = 10 * time.Second
 	DefaultPrincipal     = "anonymous"
+	// DefaultMaxTurnsPerSocket: a chat client runs one turn at a time, and a few more while
+	// a regenerate or a tool round trip overlaps the previous turn.
+	DefaultMaxTurnsPerSocket = 16
+	// DefaultMaxSocketsPerPrincipal: a user with a conversation socket per open tab, a
+	// resume socket or HTTP stream per reconnecting turn, and several devices stays far
+	// below it, while one principal cannot hold thousands of sockets (each a reader
+	// goroutine and its buffers).
+	DefaultMaxSocketsPerPrincipal = 64
+	// DefaultRunFrameRate and DefaultRunFrameBurst: a person sends a message every few
+	// seconds; the burst absorbs a client that resubmits its pending turns on reconnect.
+	DefaultRunFrameRate  = 10
+	DefaultRunFrameBurst = 20
 )
 
 // Config configures a Server. Store and Agent are required; zero fields mean the documented
@@ -75,8 +88,8 @@ type Config struct {
 	// ReadLimit caps an inbound message, in bytes (default 1 MiB); a larger one closes the
 	// socket 1009.
 	ReadLimit int64
-	// WriteTimeout bounds one frame write (default 10s); a write that times out closes the
-	// socket.
+	// WriteTimeout bounds the write of one batch of queued frames (default 10s); a write
+	// that times out closes the socket.
 	WriteTimeout time.Duration
 	// EarlyAborts and EarlyAbortTTL cap the per-socket set of aborts that arrived before
 	// their run frame (defaults 64 and 30s).
@@ -85,6 +98,22 @@ type Config struct {
 	// ResubmitWait bounds the wait for an aborted turn to end before its runId starts again
 	// (default 10s).
 	ResubmitWait time.Duration
+	// MaxTurnsPerSocket caps the turns running at once on one conversation socket (default
+	// DefaultMaxTurnsPerSocket): a run frame for a new runId beyond it is answered with a
+	// bare RUN_ERROR (code limit_exceeded) and creates no log; a resubmit of a running runId
+	// is allowed.
+	MaxTurnsPerSocket int
+	// MaxSocketsPerPrincipal caps the conversation sockets, resume sockets and HTTP streams
+	// one principal holds at once (default DefaultMaxSocketsPerPrincipal); beyond it a
+	// request is refused with 429 before the upgrade. Without a Principal function every
+	// client is DefaultPrincipal, and the cap does not apply.
+	MaxSocketsPerPrincipal int
+	// RunFrameRate (frames per second) and RunFrameBurst fill a token bucket per
+	// conversation socket that run frames take from (defaults DefaultRunFrameRate and
+	// DefaultRunFrameBurst); a run frame that finds it empty is answered with a bare
+	// RUN_ERROR (code limit_exceeded) and ignored. Abort frames are not counted.
+	RunFrameRate  float64
+	RunFrameBurst int
 	// TurnCloseTimeout bounds a turn's final flush and close (turn.DefaultCloseTimeout).
 	TurnCloseTimeout time.Duration
 	// TurnLimits bound what every turn may store in its log (zero fields: turn's defaults).
@@ -127,6 +156,11 @@ type Server struct {
 	shutDone chan struct{}
 
 	httpTurns turnSet // turns started over HTTP, keyed by principal and runId
+
+	// held counts the sockets and HTTP streams of each principal that holds any
+	// (Config.MaxSocketsPerPrincipal): one entry per principal, none per socket.
+	heldMu sync.Mutex
+	held   map[string]int
 }
 
 // New validates cfg and returns a Server. Shutdown releases it.
@@ -135,11 +169,13 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: Store and Agent are required", ErrConfig)
 	}
 	if cfg.QueueSize < 0 || cfg.QueueBytes < 0 || cfg.ReadLimit < 0 || cfg.WriteTimeout < 0 || cfg.EarlyAborts < 0 ||
-		cfg.EarlyAbortTTL < 0 || cfg.ResubmitWait < 0 || cfg.TurnCloseTimeout < 0 {
+		cfg.EarlyAbortTTL < 0 || cfg.ResubmitWait < 0 || cfg.TurnCloseTimeout < 0 || cfg.MaxTurnsPerSocket < 0 ||
+		cfg.MaxSocketsPerPrincipal < 0 || cfg.RunFrameRate < 0 || cfg.RunFrameBurst < 0 {
 		return nil, fmt.Errorf("%w: negative limit", ErrConfig)
 	}
 	if cfg.Principal == nil {
 		cfg.Principal = func(*http.Request) (string, error) { return DefaultPrincipal, nil }
+		cfg.MaxSocketsPerPrincipal = math.MaxInt // one principal for every client: no cap
 	}
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = DefaultQueueSize
@@ -162,6 +198,18 @@ func New(cfg Config) (*Server, error) {
 	if cfg.ResubmitWait == 0 {
 		cfg.ResubmitWait = DefaultResubmitWait
 	}
+	if cfg.MaxTurnsPerSocket == 0 {
+		cfg.MaxTurnsPerSocket = DefaultMaxTurnsPerSocket
+	}
+	if cfg.MaxSocketsPerPrincipal == 0 {
+		cfg.MaxSocketsPerPrincipal = DefaultMaxSocketsPerPrincipal
+	}
+	if cfg.RunFrameRate == 0 {
+		cfg.RunFrameRate = DefaultRunFrameRate
+	}
+	if cfg.RunFrameBurst == 0 {
+		cfg.RunFrameBurst = DefaultRunFrameBurst
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -182,6 +230,7 @@ func New(cfg Config) (*Server, error) {
 		streams:  make(map[*httpStream]struct{}),
 		turns:    make(map[*turn.Turn]struct{}),
 		shutDone: make(chan struct{}),
+		held:     make(map[string]int),
 	}, nil
 }
 
@@ -200,11 +249,16 @@ const (
 // ServeHTTP upgrades the request to a WebSocket: a conversation socket without an offset
 // query parameter, a resume socket with one. It returns once the socket is handed to its
 // reader goroutine, which the Server owns (Shutdown closes the socket and waits for it). It
-// refuses with 503 once Shutdown has begun, and with 401 when Config.Principal fails.
+// refuses with 503 once Shutdown has begun, with 401 when Config.Principal fails, and with
+// 429 when the principal holds Config.MaxSocketsPerPrincipal sockets and streams.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	principal, err := s.cfg.Principal(r)
 	if err != nil {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	if !s.hold(principal) {
+		s.refuseHold(w, r)
 		return
 	}
 	q := r.URL.Query()
@@ -213,15 +267,18 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		kind = metrics.SocketResume
 	}
 	if !s.beginConn() {
+		s.release(principal)
 		http.Error(w, "service restart", http.StatusServiceUnavailable)
 		return
 	}
-	ws, err := websocket.Accept(smallBuffers{w}, r, &s.accept)
+	hj := &batchHijacker{ResponseWriter: w}
+	ws, err := websocket.Accept(hj, r, &s.accept)
 	if err != nil {
+		s.release(principal)
 		s.connWG.Done()
 		return // Accept answered the request
 	}
-	c := newConn(s, ws, kind, principal, s.log.With(slog.String(keyKind, string(kind)), slog.String(keyRemote, r.RemoteAddr)))
+	c := newConn(s, ws, hj.conn, kind, principal, s.log.With(slog.String(keyKind, string(kind)), slog.String(keyRemote, r.RemoteAddr)))
 	if kind == metrics.SocketConversation {
 		c.turnCtx = s.turnContext(r)
 	}
@@ -260,6 +317,42 @@ func (s *Server) serve(c *conn, runID, offset string) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
+	s.release(c.principal)
+}
+
+// MsgTooManySockets is the body of the 429 answer to a principal over
+// Config.MaxSocketsPerPrincipal.
+const MsgTooManySockets = "too many sockets for this principal (max-principal-sockets)"
+
+// hold counts one more socket or HTTP stream of principal, unless it holds
+// Config.MaxSocketsPerPrincipal already. release undoes it.
+func (s *Server) hold(principal string) bool {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	n := s.held[principal]
+	if n >= s.cfg.MaxSocketsPerPrincipal {
+		return false
+	}
+	s.held[principal] = n + 1
+	return true
+}
+
+// release forgets one socket or HTTP stream of principal; a principal that holds none has
+// no entry.
+func (s *Server) release(principal string) {
+	s.heldMu.Lock()
+	defer s.heldMu.Unlock()
+	if n := s.held[principal]; n > 1 {
+		s.held[principal] = n - 1
+	} else {
+		delete(s.held, principal)
+	}
+}
+
+// refuseHold answers 429 to a principal over Config.MaxSocketsPerPrincipal.
+func (s *Server) refuseHold(w http.ResponseWriter, r *http.Request) {
+	s.log.Debug("request refused: principal over max-principal-sockets", slog.String(keyRemote, r.RemoteAddr))
+	http.Error(w, MsgTooManySockets, http.StatusTooManyRequests)
 }
 
 // Shutdown closes every socket 1012 "service restart" and refuses new ones, waits for running

@@ -17,8 +17,13 @@ const (
 	CodeInvalidInput   = "invalid_input"
 	CodeForbidden      = "forbidden"
 	CodeLogUnavailable = turn.CodeLogUnavailable
+	CodeLimitExceeded  = turn.CodeLimitExceeded
 
 	msgForbidden = "run belongs to another principal"
+	// MsgTooManyTurns and MsgRunFrameRate are the messages of the bare RUN_ERROR (code
+	// limit_exceeded) of a run frame over Config.MaxTurnsPerSocket or Config.RunFrameRate.
+	MsgTooManyTurns = "max-socket-turns: too many turns running on this socket"
+	MsgRunFrameRate = "run-frame-rate: too many run frames per second on this socket"
 )
 
 // slot is a runId's place in a turnSet, from its run frame (or POST) to its turn's end.
@@ -40,14 +45,18 @@ type turnSet struct {
 }
 
 // add registers a slot for key and returns it with the slot it replaces (a resubmit), if
-// any. An abort of key remembered younger than ttl marks the new slot aborted.
-func (ts *turnSet) add(key string, ttl time.Duration) (s, prev *slot) {
+// any. An abort of key remembered younger than ttl marks the new slot aborted. With max > 0,
+// a new key when the set holds max slots is refused: add returns nil, nil.
+func (ts *turnSet) add(key string, ttl time.Duration, max int) (s, prev *slot) {
 	ts.mu.Lock()
 	defer ts.mu.Unlock()
 	if ts.slots == nil {
 		ts.slots = make(map[string]*slot)
 	}
 	prev = ts.slots[key]
+	if prev == nil && max > 0 && len(ts.slots) >= max {
+		return nil, nil
+	}
 	s = &slot{key: key, ready: make(chan struct{})}
 	s.aborted = ts.early.take(key, time.Now(), ttl)
 	ts.slots[key] = s

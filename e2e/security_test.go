@@ -49,6 +49,11 @@ const (
 	secAudience      = "wsgateway"
 	secIssuer        = "e2e"
 	secOrigin        = "app.example.com"
+	// secPrincipalSockets is low, so that one principal reaches it in a few sockets.
+	secPrincipalSockets = 32
+	// secRunFrameBurst covers the control socket's probe after every case
+	// (TestSecuritySocketLimits tests the run-frame limits on a gateway of its own).
+	secRunFrameBurst = 200
 )
 
 // secGateway is the catalogue's gateway and the key that signs its tokens.
@@ -79,7 +84,9 @@ func startSecGateway(tb testing.TB) *secGateway {
 		"--max-run-events", strconv.Itoa(secMaxRunEvents),
 		"--max-run-bytes", strconv.Itoa(secMaxRunBytes),
 		"--max-event-bytes", strconv.Itoa(secMaxEventBytes),
-		"--agent-idle-timeout", secAgentIdle.String())
+		"--agent-idle-timeout", secAgentIdle.String(),
+		"--max-principal-sockets", strconv.Itoa(secPrincipalSockets),
+		"--run-frame-burst", strconv.Itoa(secRunFrameBurst))
 	return &secGateway{gateway: gw, key: key, pemFile: pemFile}
 }
 
@@ -625,6 +632,56 @@ func TestSecurityCatalogue(t *testing.T) {
 			log := g.logOf(t, ctx, "alice", "storm-run")
 			return fmt.Sprintf("%s, %d deltas", log[len(log)-1], strings.Count(typesOfWire(log), "TEXT_MESSAGE_CONTENT"))
 		}, "envelope RUN_FINISHED, 20 deltas"},
+		{"thousands of sockets from one principal", func(t *testing.T, ctx context.Context) string {
+			dial := func(sub string) (*websocket.Conn, int, string) {
+				c, resp, err := websocket.Dial(ctx, g.WS, &websocket.DialOptions{HTTPHeader: bearer(g.token(t, sub, nil))})
+				if err == nil {
+					return c, resp.StatusCode, ""
+				}
+				if resp == nil {
+					t.Fatalf("dial as %s: %v", sub, err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				return nil, resp.StatusCode, strings.TrimSpace(string(b))
+			}
+			var held []*websocket.Conn
+			defer func() {
+				for _, c := range held {
+					c.CloseNow()
+				}
+			}()
+			refused := map[string]int{}
+			for i := 0; i < 2000; i++ {
+				c, status, body := dial("mallory")
+				if c != nil {
+					held = append(held, c)
+					continue
+				}
+				refused[fmt.Sprintf("%d %s", status, body)]++
+			}
+			answer := fmt.Sprintf("%d open, refused %v", len(held), refused)
+			other, status, _ := dial("trent")
+			answer += fmt.Sprintf("; another principal %d", status)
+			if other != nil {
+				other.Close(websocket.StatusNormalClosure, "")
+			}
+			// Closing one frees its slot (the gateway notices the close at once).
+			held[0].Close(websocket.StatusNormalClosure, "")
+			held = held[1:]
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				c, status, _ := dial("mallory")
+				if c != nil {
+					held = append(held, c)
+					return answer + fmt.Sprintf("; after a close %d", status)
+				}
+				if time.Now().After(deadline) {
+					return answer + fmt.Sprintf("; after a close still %d", status)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}, fmt.Sprintf("%d open, refused map[429 too many sockets for this principal (max-principal-sockets):%d]; another principal 101; after a close 101",
+			secPrincipalSockets, 2000-secPrincipalSockets)},
 
 		// Per-run limits.
 		{"run over max-run-events", turnEnd("events-run", runFrameJSON(t, "events-run", `{"tokens":1000,"intervalMs":0}`, "x")),
@@ -674,6 +731,96 @@ func TestSecurityCatalogue(t *testing.T) {
 			t.Fatalf("after the catalogue: %v open sockets, %v goroutines (%v before): a leak", open, n, baseGoroutines)
 		}
 		time.Sleep(time.Second)
+	}
+}
+
+// TestSecuritySocketLimits: the per-socket limits on a gateway of their own (so that the
+// catalogue's control socket keeps its bucket): more turns than --max-socket-turns on one
+// socket, and a run-frame flood beyond --run-frame-burst at a --run-frame-rate that refills
+// nothing during the test. Each refusal is a bare RUN_ERROR limit_exceeded naming its limit,
+// and the socket goes on serving its turns.
+func TestSecuritySocketLimits(t *testing.T) {
+	const maxTurns, burst = 2, 5
+	gw := startGateway(t, "--max-socket-turns", strconv.Itoa(maxTurns), "--run-frame-rate", "0.01", "--run-frame-burst", strconv.Itoa(burst))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	dial := func(t *testing.T, query string) *websocket.Conn {
+		u := gw.WS
+		if query != "" {
+			u += "?" + query
+		}
+		c, _, err := websocket.Dial(ctx, u, nil)
+		if err != nil {
+			t.Fatalf("dial %s: %v", u, err)
+		}
+		c.SetReadLimit(1 << 20)
+		t.Cleanup(func() { c.CloseNow() })
+		return c
+	}
+	send := func(t *testing.T, c *websocket.Conn, runID, opts string) {
+		if err := c.Write(ctx, websocket.MessageText, runFrameJSON(t, runID, opts, "hi")); err != nil {
+			t.Fatalf("write: %v", err)
+		}
+	}
+	// Turns of 2 s: the frames after them arrive while they run.
+	const slow = `{"tokens":2,"intervalMs":1000}`
+	// answers reads until finished turns ended with RUN_FINISHED, and counts the bare
+	// answers by code and message, the turns accepted and finished.
+	answers := func(t *testing.T, c *websocket.Conn, finished int) string {
+		bare := map[string]int{}
+		accepted, done := 0, 0
+		for done < finished {
+			w := readWire(t, ctx, c)
+			switch {
+			case w.Close != -1:
+				t.Fatalf("socket closed: %v", w)
+			case w.Bare:
+				bare[w.Code+": "+w.Message]++
+			case w.Name == "run.accepted":
+				accepted++
+			case w.Type == "RUN_FINISHED":
+				done++
+			case w.Type == "RUN_ERROR":
+				t.Fatalf("a turn ended with %v: %s", w, w.Message)
+			}
+		}
+		return fmt.Sprintf("%d accepted, %d finished, refused %v", accepted, done, bare)
+	}
+	cases := []secCase{
+		{"more turns than allowed on one socket", func(t *testing.T, ctx context.Context) string {
+			c := dial(t, "")
+			send(t, c, "turns-a", slow)
+			send(t, c, "turns-b", slow)
+			for started := 0; started < maxTurns; {
+				if w := readWire(t, ctx, c); w.Name == "run.accepted" {
+					started++
+				} else if w.Close != -1 || w.Bare || w.terminal() {
+					t.Fatalf("before both turns started: %v", w)
+				}
+			}
+			send(t, c, "turns-c", slow)                          // a third turn while two run
+			send(t, c, "turns-a", `{"tokens":1,"intervalMs":0}`) // a resubmit is no new turn
+			answer := answers(t, c, 2)
+			// The refused turn has no log.
+			r := dial(t, "runId=turns-c&offset=-1")
+			return answer + "; resume of the refused run: " + readWire(t, ctx, r).String()
+		}, "1 accepted, 2 finished, refused map[limit_exceeded: max-socket-turns: too many turns running on this socket:1]; resume of the refused run: close 4404 unknown or expired run"},
+		{"run-frame flood", func(t *testing.T, ctx context.Context) string {
+			c := dial(t, "")
+			for i := 0; i < 500; i++ {
+				send(t, c, fmt.Sprintf("flood-%d", i), slow)
+			}
+			// The two turns accepted still stream to their end on the flooded socket.
+			return answers(t, c, maxTurns)
+		}, fmt.Sprintf("%d accepted, %d finished, refused map[limit_exceeded: max-socket-turns: too many turns running on this socket:%d limit_exceeded: run-frame-rate: too many run frames per second on this socket:%d]",
+			maxTurns, maxTurns, burst-maxTurns, 500-burst)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.run(t, ctx); got != tc.want {
+				t.Errorf("answer = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
 

@@ -63,9 +63,32 @@ const (
 	maxBatchEvents = 1 << 16
 )
 
-// String formats p as an offset.
+// String formats p as an offset. A field too wide for its width (which the writer never
+// produces) is formatted at full width by fmt, so the result has the wrong length and
+// parseOffset refuses it: an over-wide position never formats as another valid offset.
 func (p position) String() string {
-	return fmt.Sprintf("%0*x-%0*x-%0*x-%s", genWidth, p.gen, seqWidth, p.seq, idxWidth, p.idx, p.tag)
+	if p.gen>>(4*genWidth) != 0 || p.seq>>(4*seqWidth) != 0 || p.idx < 0 || p.idx >= 1<<(4*idxWidth) ||
+		len(p.tag) != tagWidth {
+		return fmt.Sprintf("%0*x-%0*x-%0*x-%s", genWidth, p.gen, seqWidth, p.seq, idxWidth, p.idx, p.tag)
+	}
+	var b [offsetLen]byte
+	at := putHex(b[:], 0, genWidth, p.gen)
+	at = putHex(b[:], at, seqWidth, p.seq)
+	at = putHex(b[:], at, idxWidth, uint64(p.idx))
+	copy(b[at:], p.tag)
+	return string(b[:])
+}
+
+// putHex writes v as width lower-case hex digits at b[at:] followed by '-', and returns the
+// index after the '-'. v must fit in width digits.
+func putHex(b []byte, at, width int, v uint64) int {
+	const digits = "0123456789abcdef"
+	for i := at + width - 1; i >= at; i-- {
+		b[i] = digits[v&0xf]
+		v >>= 4
+	}
+	b[at+width] = '-'
+	return at + width + 1
 }
 
 // parseOffset decodes an offset minted by position.String. It checks the form only.

@@ -31,6 +31,42 @@ func TestOffsetRoundTrip(t *testing.T) {
 	}
 }
 
+func TestOffsetFormat(t *testing.T) {
+	tag := offsetTag("epoch", logKey("alice", "run"))
+	tests := []struct {
+		p    position
+		want string
+	}{
+		{position{gen: 1, seq: 1, idx: 0, tag: tag}, "000001-000000000001-0000-" + tag},
+		{position{gen: 0xabcdef, seq: 0x123456789abc, idx: 0xfedc, tag: tag}, "abcdef-123456789abc-fedc-" + tag},
+		{position{gen: 0xffffff, seq: 0xffffffffffff, idx: 0xffff, tag: tag}, "ffffff-ffffffffffff-ffff-" + tag},
+		// Over-wide fields format at full width: parseOffset refuses them below.
+		{position{gen: 0x1000000, seq: 1, tag: tag}, "1000000-000000000001-0000-" + tag},
+		{position{gen: 1, seq: 0x1000000000000, tag: tag}, "000001-1000000000000-0000-" + tag},
+		{position{gen: 1, seq: 1, idx: maxBatchEvents, tag: tag}, "000001-000000000001-10000-" + tag},
+		{position{gen: 1, seq: 1, tag: tag[:11]}, "000001-000000000001-0000-" + tag[:11]},
+	}
+	for _, tt := range tests {
+		got := tt.p.String()
+		if got != tt.want {
+			t.Errorf("%+v.String() = %q, want %q", tt.p, got, tt.want)
+		}
+		if len(got) != offsetLen {
+			if _, err := parseOffset(got); !errors.Is(err, ErrInvalidOffset) {
+				t.Errorf("parseOffset(%q) of an over-wide position = %v, want ErrInvalidOffset", got, err)
+			}
+		}
+	}
+}
+
+func BenchmarkOffsetString(b *testing.B) {
+	p := position{gen: 3, seq: 123456, idx: 42, tag: offsetTag("epoch", logKey("alice", "run"))}
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = p.String()
+	}
+}
+
 func TestParseOffsetRefuses(t *testing.T) {
 	good := position{gen: 1, seq: 2, idx: 3, tag: offsetTag("e", "k")}.String()
 	tests := []string{

@@ -75,6 +75,10 @@ type serveConfig struct {
 	queueBytes       int64
 	earlyAborts      int
 	earlyAbortTTL    time.Duration
+	maxSocketTurns   int
+	maxPrincipalSock int
+	runFrameRate     float64
+	runFrameBurst    int
 
 	// The agui and openai agents (README "Agents").
 	agentHeader         http.Header // --agent-header, repeatable
@@ -235,6 +239,17 @@ var serveFlags = []serveFlag{
 	{"socket-queue-bytes", "4MiB", "outbound bytes queued per socket (closed 1013 beyond, as for --socket-queue-frames)", sizeSetter(64<<10, func(c *serveConfig) *int64 { return &c.queueBytes })},
 	{"early-aborts", strconv.Itoa(conversation.DefaultEarlyAborts), "aborts remembered per socket for run frames not yet arrived (the oldest is forgotten beyond)", positiveInt(func(c *serveConfig) *int { return &c.earlyAborts })},
 	{"early-abort-ttl", conversation.DefaultEarlyAbortTTL.String(), "how long such an abort is remembered", durationSetter(func(c *serveConfig) *time.Duration { return &c.earlyAbortTTL })},
+	{"max-socket-turns", strconv.Itoa(conversation.DefaultMaxTurnsPerSocket), "turns running at once on one conversation socket; a run frame for another runId gets RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxSocketTurns })},
+	{"max-principal-sockets", strconv.Itoa(conversation.DefaultMaxSocketsPerPrincipal), "sockets and HTTP streams one principal may hold at once; beyond, 429 before the upgrade", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalSock })},
+	{"run-frame-rate", strconv.Itoa(conversation.DefaultRunFrameRate), "run frames per second a conversation socket may send on average (aborts not counted); beyond, RUN_ERROR limit_exceeded", func(c *serveConfig, v string) error {
+		r, err := strconv.ParseFloat(v, 64)
+		if err != nil || !(r > 0) || r > 1e9 {
+			return fmt.Errorf("want a positive number")
+		}
+		c.runFrameRate = r
+		return nil
+	}},
+	{"run-frame-burst", strconv.Itoa(conversation.DefaultRunFrameBurst), "run frames a conversation socket may send at once before --run-frame-rate applies", positiveInt(func(c *serveConfig) *int { return &c.runFrameBurst })},
 	{"agent-idle-timeout", "5m", "time the agent may emit nothing before its turn is ended (RUN_ERROR limit_exceeded)", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentIdleTimeout })},
 	{"chat-path", "/api/chat", "path of the HTTP transport with server-sent events (POST starts or resumes a turn, GET replays a run); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.chatPath })},
 	{"chat-ndjson-path", "/api/chat/ndjson", "path of the HTTP transport with NDJSON lines (as --chat-path); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.ndjsonPath })},

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/wsgateway/wsgateway/conversation"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -47,6 +49,7 @@ func TestParseServeDefaults(t *testing.T) {
 	want.maxRunEvents, want.maxRunBytes, want.maxEventBytes = 100000, 64<<20, 1<<20
 	want.agentIdleTimeout = 5 * time.Minute
 	want.queueFrames, want.queueBytes, want.earlyAborts, want.earlyAbortTTL = 16384, 4<<20, 64, 30*time.Second
+	want.maxSocketTurns, want.maxPrincipalSock, want.runFrameRate, want.runFrameBurst = 16, 64, 10, 20
 	want.agentConnectTimeout, want.agentFirstEvent, want.agentGapTimeout = 10*time.Second, time.Minute, time.Minute
 	want.agentTurnTimeout, want.agentAPIKeyEnv = 30*time.Minute, "OPENAI_API_KEY"
 	if !reflect.DeepEqual(got, want) {
@@ -189,6 +192,18 @@ func TestParseServeSecurity(t *testing.T) {
 			func(c serveConfig) bool {
 				return c.readLimit == 64<<10 && c.maxRunBytes == 1<<30 && c.maxEventBytes == 2048 && c.maxRunEvents == 7
 			}},
+		{[]string{"--max-socket-turns", "3", "--max-principal-sockets", "5", "--run-frame-rate", "0.5", "--run-frame-burst", "4"}, nil,
+			func(c serveConfig) bool {
+				return c.maxSocketTurns == 3 && c.maxPrincipalSock == 5 && c.runFrameRate == 0.5 && c.runFrameBurst == 4
+			}},
+		{nil, map[string]string{"WSGATEWAY_MAX_SOCKET_TURNS": "2", "WSGATEWAY_MAX_PRINCIPAL_SOCKETS": "9", "WSGATEWAY_RUN_FRAME_RATE": "3", "WSGATEWAY_RUN_FRAME_BURST": "6"},
+			func(c serveConfig) bool {
+				return c.maxSocketTurns == 2 && c.maxPrincipalSock == 9 && c.runFrameRate == 3 && c.runFrameBurst == 6
+			}},
+		{nil, nil, func(c serveConfig) bool {
+			return c.maxSocketTurns == conversation.DefaultMaxTurnsPerSocket && c.maxPrincipalSock == conversation.DefaultMaxSocketsPerPrincipal &&
+				c.runFrameRate == conversation.DefaultRunFrameRate && c.runFrameBurst == conversation.DefaultRunFrameBurst
+		}},
 		{[]string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--header-timeout", "2s", "--handshake-timeout", "5s"}, nil,
 			func(c serveConfig) bool {
 				return c.tlsCert == "c.pem" && c.tlsKey == "k.pem" && c.headerTimeout == 2*time.Second && c.handshakeTimeout == 5*time.Second
@@ -216,6 +231,11 @@ func TestParseServeSecurity(t *testing.T) {
 		{[]string{"--read-limit", "1MB"}, "want a size such as 65536, 512KiB or 1MiB"},
 		{[]string{"--read-limit", "100"}, "must be at least 1024 bytes"},
 		{[]string{"--max-run-events", "0"}, "want a positive integer"},
+		{[]string{"--max-socket-turns", "0"}, "want a positive integer"},
+		{[]string{"--max-principal-sockets", "-1"}, "want a positive integer"},
+		{[]string{"--run-frame-rate", "0"}, "want a positive number"},
+		{[]string{"--run-frame-rate", "NaN"}, "want a positive number"},
+		{[]string{"--run-frame-burst", "x"}, "want a positive integer"},
 		{[]string{"--max-event-bytes", "2MiB", "--max-run-bytes", "1MiB"}, "--max-event-bytes 2097152 is larger than --max-run-bytes 1048576"},
 		{[]string{"--header-timeout", "0s"}, "must be positive"},
 	}

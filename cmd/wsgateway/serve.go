@@ -163,6 +163,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		Agent:          agent,
 		TurnLimits:     runLimits(cfg),
 		TurnContext:    clientHeaders(cfg.agentForward),
+
+		// Per-socket and per-principal limits (README "Security").
+		MaxTurnsPerSocket:      cfg.maxSocketTurns,
+		MaxSocketsPerPrincipal: cfg.maxPrincipalSock,
+		RunFrameRate:           cfg.runFrameRate,
+		RunFrameBurst:          cfg.runFrameBurst,
 		Heartbeat: heartbeat.Config{
 			Interval:    cfg.heartbeat,
 			IdleTimeout: cfg.idleTimeout,
