@@ -18,6 +18,8 @@ import (
 	"github.com/coder/websocket"
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // The scale-out topology of docker-compose.yml, as processes on loopback: three nats-server
@@ -36,7 +38,7 @@ var (
 func natsServerBinary(tb testing.TB) string {
 	tb.Helper()
 	natsOnce.Do(func() {
-		root, err := moduleRoot()
+		root, err := testenv.ModuleRoot()
 		if err != nil {
 			natsErr = err
 			return
@@ -109,7 +111,7 @@ func (n *natsNode) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.Po
 // routes and the store directory.
 func (n *natsNode) start(tb testing.TB) {
 	tb.Helper()
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -17,6 +17,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/conf"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // docker-compose.yml cannot be run here (no Docker engine in CI), so this file keeps it
@@ -66,7 +68,7 @@ func (s composeService) dependsOn() []string {
 // readCompose parses docker-compose.yml at the module root (anchors and merge keys resolved).
 func readCompose(tb testing.TB) (composeFile, string) {
 	tb.Helper()
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -25,6 +25,8 @@ import (
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // gatewayBin is the wsgateway binary built by TestMain in binDir; buildErr says why it is
@@ -62,7 +64,7 @@ func buildGateway(dir string) (string, error) {
 
 // goBuild compiles the main package pkg (a path from the module root) into dir.
 func goBuild(dir, pkg string) (string, error) {
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		return "", err
 	}
@@ -80,22 +82,4 @@ func goBuild(dir, pkg string) (string, error) {
 		return "", fmt.Errorf("go build %s: %v\n%s", pkg, err, out.Bytes())
 	}
 	return bin, nil
-}
-
-// moduleRoot finds the directory holding go.mod, upwards from the working directory.
-func moduleRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
 }

@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // nodeTimeout bounds one Node script run; the scripts also stop themselves earlier.
@@ -22,7 +24,7 @@ func npmDir(tb testing.TB) string {
 	if _, err := exec.LookPath("node"); err != nil {
 		tb.Fatal("node is not installed: these tests run the real npm clients in Node 20 or later (install nodejs)")
 	}
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		tb.Fatal(err)
 	}

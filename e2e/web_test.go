@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 var updateScreenshots = flag.Bool("update-screenshots", false, "write docs/screenshot-light.png and docs/screenshot-dark.png from TestWebScreenshots")
@@ -439,7 +441,7 @@ func TestWebScreenshots(t *testing.T) {
 	if !*updateScreenshots {
 		return
 	}
-	root, err := moduleRoot()
+	root, err := testenv.ModuleRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgateway/wsgateway/internal/testenv"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -1022,7 +1023,7 @@ func startReference(t *testing.T) *reference {
 	if err != nil {
 		t.Fatalf("conformance: node (Node.js 20 or later) is not on PATH: %v; install it, then run `npm ci` in testdata/npm", err)
 	}
-	npmDir := filepath.Join(moduleRoot(t), "testdata", "npm")
+	npmDir := filepath.Join(testenv.MustModuleRoot(t), "testdata", "npm")
 	for _, need := range []string{"agui-reference.mjs", "node_modules/@ag-ui/client/package.json", "node_modules/@ag-ui/core/package.json"} {
 		if _, err := os.Stat(filepath.Join(npmDir, need)); err != nil {
 			t.Fatalf("conformance: %s is missing (%v): run `npm ci` in testdata/npm", need, err)
@@ -1097,24 +1098,4 @@ func (r *reference) decideAll(t testing.TB, cases []confCase) []outcome {
 		t.Fatalf("conformance: write cases to the reference: %v", err)
 	}
 	return results
-}
-
-// moduleRoot is the directory holding go.mod, found upwards from the test's
-// working directory.
-func moduleRoot(t testing.TB) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("conformance: no go.mod above the test's directory")
-		}
-		dir = parent
-	}
 }

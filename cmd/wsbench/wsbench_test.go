@@ -22,6 +22,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 func TestChecker(t *testing.T) {
@@ -164,7 +166,7 @@ func TestLoadGateway(t *testing.T) {
 }
 
 func TestLoadReference(t *testing.T) {
-	root := moduleRoot(t)
+	root := testenv.MustModuleRoot(t)
 	if _, err := os.Stat(filepath.Join(root, "bench", "node_modules", "@tanstack", "ai")); err != nil {
 		t.Fatalf("the reference server's packages are missing: run (cd bench && npm ci): %v", err)
 	}
@@ -269,24 +271,6 @@ func TestTable(t *testing.T) {
 	}
 }
 
-func moduleRoot(t *testing.T) string {
-	t.Helper()
-	dir, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			t.Fatal("go.mod not found above the test's directory")
-		}
-		dir = parent
-	}
-}
-
 var build struct {
 	once sync.Once
 	bin  string
@@ -297,7 +281,7 @@ var build struct {
 // buildGateway compiles cmd/wsgateway once per test binary.
 func buildGateway(t *testing.T) string {
 	t.Helper()
-	root := moduleRoot(t)
+	root := testenv.MustModuleRoot(t)
 	build.once.Do(func() {
 		dir, err := os.MkdirTemp("", "wsbench-test-")
 		if err != nil {

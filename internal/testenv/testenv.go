@@ -1,0 +1,38 @@
+// Package testenv holds what the project's tests share about where they run.
+package testenv
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// ModuleRoot returns the directory holding go.mod, found upwards from the working directory
+// (a test's working directory is its package's).
+func ModuleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("testenv: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// MustModuleRoot is ModuleRoot for a test: it fails tb when there is no module root.
+func MustModuleRoot(tb testing.TB) string {
+	tb.Helper()
+	root, err := ModuleRoot()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return root
+}
