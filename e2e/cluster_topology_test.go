@@ -83,25 +83,7 @@ type natsNode struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
 	waitErr error
-	logs    lockedBuffer
-}
-
-// lockedBuffer is a bytes.Buffer safe for a process's output and a test's reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	logs    testenv.LockedBuffer
 }
 
 // URL is the node's client URL.

@@ -995,24 +995,7 @@ type reference struct {
 	cmd    *exec.Cmd
 	in     io.WriteCloser
 	out    *bufio.Reader
-	stderr *lockedBuffer
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+	stderr *testenv.LockedBuffer
 }
 
 // startReference starts the reference; it fails the test (never skips) when
@@ -1032,7 +1015,7 @@ func startReference(t *testing.T) *reference {
 	cmd := exec.Command(node, "agui-reference.mjs")
 	cmd.Dir = npmDir
 	cmd.Env = append(os.Environ(), "SUPPRESS_TRANSFORMATION_WARNINGS=true")
-	stderr := &lockedBuffer{}
+	stderr := &testenv.LockedBuffer{}
 	cmd.Stderr = stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -2,9 +2,11 @@
 package testenv
 
 import (
+	"bytes"
 	"errors"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 )
 
@@ -35,4 +37,22 @@ func MustModuleRoot(tb testing.TB) string {
 		tb.Fatal(err)
 	}
 	return root
+}
+
+// LockedBuffer is a bytes.Buffer safe for a process's output and a test's reads at once.
+type LockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *LockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
