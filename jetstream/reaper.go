@@ -175,7 +175,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 			}
 			if m.Header.Get(hdrCtl) == ctlClose {
 				info.State, info.Closed = RunClosed, time.Now().UTC()
-				return s.closeRun(ctx, key, info, leaseRev)
+				return s.closeRun(ctx, key, info, e.Revision(), leaseRev)
 			}
 			last = m.Sequence
 		}
@@ -198,7 +198,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 			return err
 		}
 		info.State, info.Closed, info.Reaped = RunClosed, time.Now().UTC(), true
-		if err := s.closeRun(ctx, key, info, leaseRev); err != nil {
+		if err := s.closeRun(ctx, key, info, e.Revision(), leaseRev); err != nil {
 			return err
 		}
 		if f := s.cfg.Metrics.RunReaped; f != nil {

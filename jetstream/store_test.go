@@ -498,3 +498,35 @@ func TestPublishRetry(t *testing.T) {
 		t.Fatalf("stream holds %d messages (seqs %d, %d), want 2 consecutive", info.State.Msgs, first, second)
 	}
 }
+
+// TestCreateOverStrays creates a run whose subject still holds events after its metadata is
+// gone (retention removed the metadata first): the new log serves only its own events.
+func TestCreateOverStrays(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	w1, err := s.Create(ctx, "alice", "r", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, w1, [][]byte{event("stray", 0), event("stray", 1)})
+	if err := w1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.meta.Purge(ctx, runKey("r")); err != nil {
+		t.Fatalf("purging the metadata: %v", err)
+	}
+	w2, err := s.Create(ctx, "alice", "r", "t")
+	if err != nil {
+		t.Fatalf("Create over strays: %v", err)
+	}
+	events := [][]byte{event("new", 0), event("new", 1), event("new", 2)}
+	offs := mustAppend(t, w2, events)
+	if err := w2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Read(ctx, "alice", "r", FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkEntries(t, "log over strays", readAll(t, r), events, offs)
+}

@@ -68,6 +68,7 @@ type Writer struct {
 	closing  bool
 	err      error  // sticky: every later append fails with it
 	leaseRev uint64 // revision of our lease entry
+	metaRev  uint64 // revision of the metadata Create stored
 	released bool   // Close or abandon gave the lease up: stop renewing
 	closeErr error
 	closed   bool
@@ -94,67 +95,89 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	}
 	key := runKey(runID)
 	info := RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Owner: s.cfg.Owner, State: RunOpen}
-	var leaseRev uint64
+	var leaseRev, metaRev uint64
+	existed := false
 	for attempt := 0; ; attempt++ {
 		if attempt == 10 {
 			return nil, fmt.Errorf("create: concurrent creates of one run")
 		}
-		e, err := s.meta.Get(ctx, key)
+		// The first attempt supposes a new run, the common case, and asks nothing: the
+		// metadata's create fails if the run exists, and the next attempt reads it.
+		var e natsjs.KeyValueEntry
 		var old RunInfo
-		switch {
-		case errors.Is(err, natsjs.ErrKeyNotFound):
-		case err != nil:
-			return nil, fmt.Errorf("create: %w", err)
-		default:
-			if err := json.Unmarshal(e.Value(), &old); err != nil {
-				return nil, fmt.Errorf("create: metadata: %w", err)
-			}
-			if old.Principal != principal {
-				return nil, ErrForbidden
+		if attempt > 0 {
+			var err error
+			e, err = s.meta.Get(ctx, key)
+			switch {
+			case errors.Is(err, natsjs.ErrKeyNotFound):
+				e = nil
+			case err != nil:
+				return nil, fmt.Errorf("create: %w", err)
+			default:
+				if err := json.Unmarshal(e.Value(), &old); err != nil {
+					return nil, fmt.Errorf("create: metadata: %w", err)
+				}
+				if old.Principal != principal {
+					return nil, ErrForbidden
+				}
 			}
 		}
 		// The lease is taken before the metadata names the new generation: a reaper that
 		// claimed the old, expired lease sees the change and backs off.
 		info.Generation = old.Generation + 1
+		var err error
 		leaseRev, err = s.leases.Put(ctx, key, mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation}))
 		if err != nil {
 			return nil, fmt.Errorf("create: lease: %w", err)
 		}
 		info.Created = time.Now().UTC()
 		if e == nil {
-			_, err = s.meta.Create(ctx, key, mustJSON(info))
+			metaRev, err = s.meta.Create(ctx, key, mustJSON(info))
 		} else {
-			_, err = s.meta.Update(ctx, key, mustJSON(info), e.Revision())
+			metaRev, err = s.meta.Update(ctx, key, mustJSON(info), e.Revision())
 		}
-		if isWrongLastSeq(err) {
+		if isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("create: %w", err)
 		}
+		existed = e != nil
 		break
 	}
 	subject, tag := s.subject(principal, runID)
-	// The purge drops an older generation's events (and strays left by metadata that aged
-	// out first). The open record then expects an empty subject, and every later publish
-	// the previous one's sequence: writers of older generations are fenced out.
-	if err := s.stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
-		return nil, fmt.Errorf("create: purge: %w", err)
-	}
 	w := &Writer{
 		s:        s,
 		info:     info,
 		key:      key,
 		subject:  subject,
 		tag:      tag,
-		msgIDPre: fmt.Sprintf("%s.%d.", key, info.Generation),
+		// The creation time tells this log's message ids from those of an earlier log of the
+		// same run and generation (one whose metadata went first) within the dedup window.
+		msgIDPre: fmt.Sprintf("%s.%d.%d.", key, info.Generation, info.Created.UnixNano()),
 		lost:     make(chan struct{}),
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
 		leaseRev: leaseRev,
+		metaRev:  metaRev,
 	}
-	if _, err := w.publish(ctx, nil, ctlOpen); err != nil {
-		return nil, fmt.Errorf("create: %w", err)
+	// The open record expects an empty subject, and every later publish the previous one's
+	// sequence: writers of older generations are fenced out. A resubmit first purges the
+	// older generation's events; a new run's subject is empty unless events outlived their
+	// metadata (strays), which the open record finds and the purge then drops.
+	for purged := false; ; purged = true {
+		if existed || purged {
+			if err := s.stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
+				return nil, fmt.Errorf("create: purge: %w", err)
+			}
+		}
+		_, err := w.publish(ctx, nil, ctlOpen)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrFenced) || existed || purged {
+			return nil, fmt.Errorf("create: %w", err)
+		}
 	}
 	s.mu.Lock()
 	if s.closed {
@@ -406,24 +429,32 @@ func (w *Writer) finish(ctx context.Context) error {
 	w.released = true
 	rev := w.leaseRev
 	w.mu.Unlock()
-	if err := w.s.closeRun(ctx, w.key, info, rev); err != nil {
+	if err := w.s.closeRun(ctx, w.key, info, w.metaRev, rev); err != nil {
 		return fmt.Errorf("close %s: %w", w.info.RunID, err)
 	}
 	return nil
 }
 
 // closeRun records a closed log: the metadata (unless a newer generation replaced it) and
-// the removal of the lease held at revision leaseRev.
-func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, leaseRev uint64) error {
-	e, err := s.meta.Get(ctx, key)
-	if err == nil {
-		var cur RunInfo
-		if json.Unmarshal(e.Value(), &cur) == nil && cur.Generation == info.Generation {
-			if _, err := s.meta.Update(ctx, key, mustJSON(info), e.Revision()); err != nil && !isWrongLastSeq(err) {
-				return fmt.Errorf("metadata: %w", err)
+// the removal of the lease held at revision leaseRev. metaRev is the metadata's revision when
+// the caller knows it (0 when not): the update then needs no read unless someone else changed
+// the metadata since.
+func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev, leaseRev uint64) error {
+	var err error
+	if metaRev != 0 {
+		_, err = s.meta.Update(ctx, key, mustJSON(info), metaRev)
+	}
+	if metaRev == 0 || isWrongLastSeq(err) {
+		var e natsjs.KeyValueEntry
+		e, err = s.meta.Get(ctx, key)
+		if err == nil {
+			var cur RunInfo
+			if json.Unmarshal(e.Value(), &cur) == nil && cur.Generation == info.Generation {
+				_, err = s.meta.Update(ctx, key, mustJSON(info), e.Revision())
 			}
 		}
-	} else if !errors.Is(err, natsjs.ErrKeyNotFound) {
+	}
+	if err != nil && !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
 		return fmt.Errorf("metadata: %w", err)
 	}
 	if err := s.leases.Delete(ctx, key, natsjs.LastRevision(leaseRev)); err != nil && !isWrongLastSeq(err) &&
