@@ -211,6 +211,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 		s.ns = ns
 		url = ns.ClientURL()
+		// The store talks to its own server in memory, without loopback TCP; the listener
+		// still serves other processes.
+		opts = append(opts, nats.InProcessServer(ns))
 	} else {
 		if cfg.CredsFile != "" {
 			opts = append(opts, nats.UserCredentials(cfg.CredsFile))
