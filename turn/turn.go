@@ -301,18 +301,18 @@ func (t *Turn) fail(err error) {
 }
 
 // appendLocked hands one event to the log; its stored callback delivers the envelope. When
-// stored is non-nil it receives the append's result. t.mu is held.
+// stored is non-nil it receives the append's result. emitted, the moment the event was
+// emitted, is a moment ago: it also stands for the moment of the append. t.mu is held.
 func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<- error) {
 	data := ev.JSON()
 	t.lastType = ev.Type()
 	t.pending.Add(1)
-	start := time.Now()
 	t.cfg.Log.Append(data, func(offset string, err error) {
 		defer t.pending.Done()
 		if err != nil {
 			t.fail(err)
 		} else {
-			t.cfg.Metrics.EventAppended(time.Since(start))
+			t.cfg.Metrics.EventAppended(time.Since(emitted))
 			t.deliver(protocol.AppendEnvelope(nil, offset, data), emitted)
 		}
 		if stored != nil {
