@@ -22,8 +22,9 @@
 // length-delimited principal and the runId, so any runId maps to a valid subject and two
 // principals never share one. A message holds a batch of events (each a uvarint length and
 // its bytes) and the header Wsg-Gen (the run's generation). Control records carry no events
-// and the header Wsg-Ctl: "open" starts a generation (Create purges the subject, then writes
-// it), "close" ends the log. Run metadata (RunInfo) and leases live in KV buckets keyed by a
+// and the header Wsg-Ctl: "open" starts a generation (Create writes it on an empty subject,
+// after purging an earlier generation's events or strays that outlived their metadata),
+// "close" ends the log. Run metadata (RunInfo) and leases live in KV buckets keyed by a
 // hash of the runId alone, since a runId belongs to at most one principal.
 //
 // # Invariants

@@ -147,11 +147,11 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	}
 	subject, tag := s.subject(principal, runID)
 	w := &Writer{
-		s:        s,
-		info:     info,
-		key:      key,
-		subject:  subject,
-		tag:      tag,
+		s:       s,
+		info:    info,
+		key:     key,
+		subject: subject,
+		tag:     tag,
 		// The creation time tells this log's message ids from those of an earlier log of the
 		// same run and generation (one whose metadata went first) within the dedup window.
 		msgIDPre: fmt.Sprintf("%s.%d.%d.", key, info.Generation, info.Created.UnixNano()),
