@@ -17,12 +17,18 @@
 //	fail ("start"|"middle")   fail before the first event, or after half of them
 //	invalid (bool)            after half of the events, a TEXT_MESSAGE_CONTENT for a message
 //	                          that was never started (a protocol violation), then the rest
+//	timestamps (bool)         every event carries "timestamp": the wall-clock time of its
+//	                          emit in whole milliseconds since the Unix epoch, rounded down
 //
 // Each run of the turn is: RUN_STARTED{threadId, runId} (the frame's), the reasoning span, the
 // tool call, the reply message, RUN_FINISHED{threadId, runId}. Ids derive from the runId and
 // the run's number k (from 1), so the events of a frame are predictable:
 // "<runId>.reasoning<k>" (span), "<runId>.thought<k>" (reasoning message), "<runId>.call<k>"
-// (tool call), "<runId>.msg<k>" (reply). The events carry no timestamps.
+// (tool call), "<runId>.msg<k>" (reply). The events carry no timestamp unless timestamps is
+// set. AG-UI 1.0 requires an integer timestamp (a fraction is a schema error), hence whole
+// milliseconds: a client measuring emit-to-receipt latency from it over-estimates by less
+// than one millisecond. Chunk expansion never copies a timestamp, so with chunked the
+// events a gateway expands the chunks into carry none.
 //
 // Run honours ctx: it stops within one pause after ctx is cancelled and returns ctx's error.
 package demo
@@ -36,6 +42,7 @@ import (
 	"strconv"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -77,6 +84,7 @@ type Options struct {
 	Runs       *int   `json:"runs,omitempty"`
 	Fail       string `json:"fail,omitempty"`
 	Invalid    bool   `json:"invalid,omitempty"`
+	Timestamps bool   `json:"timestamps,omitempty"`
 }
 
 // Agent is the demo agent. The zero value is ready to use and safe for concurrent turns.
@@ -111,6 +119,19 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 			timer.Stop()
 		}
 	}()
+	// buf holds one encoded event at a time: emit does not keep the slice after it returns.
+	var buf []byte
+	send := func(ev *event) error {
+		var ts int64
+		if opts.Timestamps {
+			ts = time.Now().UnixMilli()
+		}
+		buf = ev.appendJSON(buf[:0], ts)
+		if err := emit(buf); err != nil {
+			return fmt.Errorf("demo: emit: %w", err)
+		}
+		return nil
+	}
 	i := 0
 	for ev := range s.events {
 		if i > 0 && interval > 0 {
@@ -133,14 +154,14 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 				return fmt.Errorf("%w midway, after %d events", ErrInjected, half)
 			}
 			if opts.Invalid {
-				bad := event{Type: "TEXT_MESSAGE_CONTENT", MessageID: s.runID + ".never-started", Delta: ptr("x")}
-				if err := emit(bad.encode()); err != nil {
-					return fmt.Errorf("demo: emit: %w", err)
+				bad := event{typ: "TEXT_MESSAGE_CONTENT", messageID: s.runID + ".never-started", delta: "x", hasDelta: true}
+				if err := send(&bad); err != nil {
+					return err
 				}
 			}
 		}
-		if err := emit(ev.encode()); err != nil {
-			return fmt.Errorf("demo: emit: %w", err)
+		if err := send(&ev); err != nil {
+			return err
 		}
 		i++
 	}
@@ -242,21 +263,23 @@ func (s *script) runs() int {
 	return 1
 }
 
-// deltas yields the reply's deltas, generated lazily (tokens may be large).
-func (s *script) deltas(yield func(string) bool) {
+// deltas yields the reply's content events of message msg, generated lazily (tokens may be
+// large): delta i of tokens is token i, encoded without building its string.
+func (s *script) deltas(typ, msg string, yield func(event) bool) bool {
 	if s.opts.Tokens == nil {
 		for _, d := range reply(s.userText) {
-			if !yield(d) {
-				return
+			if !yield(event{typ: typ, messageID: msg, delta: d, hasDelta: true}) {
+				return false
 			}
 		}
-		return
+		return true
 	}
 	for i := 1; i <= *s.opts.Tokens; i++ {
-		if !yield("t" + strconv.Itoa(i) + " ") {
-			return
+		if !yield(event{typ: typ, messageID: msg, token: i, hasDelta: true}) {
+			return false
 		}
 	}
+	return true
 }
 
 // count returns the number of events the script yields.
@@ -280,88 +303,114 @@ func (s *script) events(yield func(event) bool) {
 // run yields the events of the k-th run of the turn; false when yield stopped it.
 func (s *script) run(k int, yield func(event) bool) bool {
 	id := func(kind string) string { return s.runID + "." + kind + strconv.Itoa(k) }
-	if !yield(event{Type: "RUN_STARTED", ThreadID: s.threadID, RunID: s.runID}) {
+	if !yield(event{typ: "RUN_STARTED", threadID: s.threadID, runID: s.runID}) {
 		return false
 	}
 	if s.opts.Reasoning {
 		span, msg := id("reasoning"), id("thought")
-		if !yield(event{Type: "REASONING_START", MessageID: span}) ||
-			!yield(event{Type: "REASONING_MESSAGE_START", MessageID: msg, Role: "reasoning"}) {
+		if !yield(event{typ: "REASONING_START", messageID: span}) ||
+			!yield(event{typ: "REASONING_MESSAGE_START", messageID: msg, role: "reasoning"}) {
 			return false
 		}
 		for _, d := range splitWords(reasoningText) {
-			if !yield(event{Type: "REASONING_MESSAGE_CONTENT", MessageID: msg, Delta: ptr(d)}) {
+			if !yield(event{typ: "REASONING_MESSAGE_CONTENT", messageID: msg, delta: d, hasDelta: true}) {
 				return false
 			}
 		}
-		if !yield(event{Type: "REASONING_MESSAGE_END", MessageID: msg}) ||
-			!yield(event{Type: "REASONING_END", MessageID: span}) {
+		if !yield(event{typ: "REASONING_MESSAGE_END", messageID: msg}) ||
+			!yield(event{typ: "REASONING_END", messageID: span}) {
 			return false
 		}
 	}
 	if s.opts.ToolCall {
 		call := id("call")
-		if !yield(event{Type: "TOOL_CALL_START", ToolCallID: call, ToolCallName: ToolName}) {
+		if !yield(event{typ: "TOOL_CALL_START", toolCallID: call, toolCallName: ToolName}) {
 			return false
 		}
 		for _, d := range toolArgs {
-			if !yield(event{Type: "TOOL_CALL_ARGS", ToolCallID: call, Delta: ptr(d)}) {
+			if !yield(event{typ: "TOOL_CALL_ARGS", toolCallID: call, delta: d, hasDelta: true}) {
 				return false
 			}
 		}
-		if !yield(event{Type: "TOOL_CALL_END", ToolCallID: call}) {
+		if !yield(event{typ: "TOOL_CALL_END", toolCallID: call}) {
 			return false
 		}
 	}
 	msg := id("msg")
 	if s.opts.Chunked {
+		// The first chunk carries the role; a reply without deltas is one chunk with the role.
 		first := true
-		for d := range s.deltas {
-			ev := event{Type: "TEXT_MESSAGE_CHUNK", MessageID: msg, Delta: ptr(d)}
+		ok := s.deltas("TEXT_MESSAGE_CHUNK", msg, func(ev event) bool {
 			if first {
-				ev.Role, first = "assistant", false
+				ev.role, first = "assistant", false
 			}
-			if !yield(ev) {
-				return false
-			}
-		}
-		if first && !yield(event{Type: "TEXT_MESSAGE_CHUNK", MessageID: msg, Role: "assistant"}) {
+			return yield(ev)
+		})
+		if !ok || first && !yield(event{typ: "TEXT_MESSAGE_CHUNK", messageID: msg, role: "assistant"}) {
 			return false
 		}
 	} else {
-		if !yield(event{Type: "TEXT_MESSAGE_START", MessageID: msg, Role: "assistant"}) {
-			return false
-		}
-		for d := range s.deltas {
-			if !yield(event{Type: "TEXT_MESSAGE_CONTENT", MessageID: msg, Delta: ptr(d)}) {
-				return false
-			}
-		}
-		if !yield(event{Type: "TEXT_MESSAGE_END", MessageID: msg}) {
+		if !yield(event{typ: "TEXT_MESSAGE_START", messageID: msg, role: "assistant"}) ||
+			!s.deltas("TEXT_MESSAGE_CONTENT", msg, yield) ||
+			!yield(event{typ: "TEXT_MESSAGE_END", messageID: msg}) {
 			return false
 		}
 	}
-	return yield(event{Type: "RUN_FINISHED", ThreadID: s.threadID, RunID: s.runID})
+	return yield(event{typ: "RUN_FINISHED", threadID: s.threadID, runID: s.runID})
 }
 
-// event is one AG-UI event the demo emits; the field order is the wire order.
+// event is one AG-UI event the demo emits. appendJSON writes the fields in this order and
+// leaves out the empty ones.
 type event struct {
-	Type         string  `json:"type"`
-	ThreadID     string  `json:"threadId,omitempty"`
-	RunID        string  `json:"runId,omitempty"`
-	MessageID    string  `json:"messageId,omitempty"`
-	Role         string  `json:"role,omitempty"`
-	ToolCallID   string  `json:"toolCallId,omitempty"`
-	ToolCallName string  `json:"toolCallName,omitempty"`
-	Delta        *string `json:"delta,omitempty"`
+	typ, threadID, runID, messageID, role, toolCallID, toolCallName string
+
+	hasDelta bool   // the event has a delta: delta, or "t<token> " when token > 0
+	delta    string // the delta's text when token is 0
+	token    int
 }
 
-func (e event) encode() []byte {
-	b, err := json.Marshal(e)
-	if err != nil {
-		panic("demo: encoding an event: " + err.Error()) // strings only: cannot fail
+// appendJSON appends the event as one JSON object, with "timestamp":ts last when ts > 0.
+func (e *event) appendJSON(b []byte, ts int64) []byte {
+	b = append(b, `{"type":`...)
+	b = appendString(b, e.typ)
+	for _, f := range [...]struct{ key, val string }{
+		{`,"threadId":`, e.threadID}, {`,"runId":`, e.runID}, {`,"messageId":`, e.messageID},
+		{`,"role":`, e.role}, {`,"toolCallId":`, e.toolCallID}, {`,"toolCallName":`, e.toolCallName},
+	} {
+		if f.val != "" {
+			b = append(b, f.key...)
+			b = appendString(b, f.val)
+		}
 	}
-	return b
+	switch {
+	case e.hasDelta && e.token > 0:
+		b = append(b, `,"delta":"t`...)
+		b = strconv.AppendInt(b, int64(e.token), 10)
+		b = append(b, ` "`...)
+	case e.hasDelta:
+		b = append(b, `,"delta":`...)
+		b = appendString(b, e.delta)
+	}
+	if ts > 0 {
+		b = append(b, `,"timestamp":`...)
+		b = strconv.AppendInt(b, ts, 10)
+	}
+	return append(b, '}')
 }
 
-func ptr(s string) *string { return &s }
+// appendString appends s as a JSON string exactly as encoding/json writes it (the bytes the
+// demo has always emitted). Types and usual ids are plain ASCII and are copied as they are; a
+// string that needs escaping (quotes, control characters, the HTML characters encoding/json
+// escapes, anything beyond ASCII) goes to encoding/json: a word of a user's message, or an
+// unusual id, never the token deltas the benchmarks stream.
+func appendString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= utf8.RuneSelf || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}

@@ -2,8 +2,10 @@ package demo
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -178,6 +180,9 @@ func TestEventsPassTheVerifier(t *testing.T) {
 		{`{"tokens":3,"reasoning":true,"toolCall":true,"chunked":true,"runs":3,"intervalMs":0}`, false},
 		{`{"tokens":3,"invalid":true,"intervalMs":0}`, true},
 		{`{"tokens":3,"runs":2,"invalid":true,"intervalMs":0}`, true},
+		{`{"tokens":3,"reasoning":true,"toolCall":true,"runs":2,"timestamps":true,"intervalMs":0}`, false},
+		{`{"tokens":3,"chunked":true,"timestamps":true,"intervalMs":0}`, false},
+		{`{"tokens":3,"invalid":true,"timestamps":true,"intervalMs":0}`, true},
 	}
 	for _, tt := range tests {
 		got, err := collect(t, input(t, "hi", tt.opts))
@@ -324,6 +329,8 @@ func TestBadOptions(t *testing.T) {
 		`{"runs":101}`,
 		`{"fail":"end"}`,
 		`{"chunked":"yes"}`,
+		`{"timestamps":1}`,
+		`{"timestamps":"true"}`,
 		`{"token":5}`,
 		`[]`,
 	} {
@@ -351,19 +358,138 @@ func TestIgnoresOtherForwardedProps(t *testing.T) {
 	})
 }
 
-// BenchmarkRun measures the agent's own cost per event (intervalMs 0, emit discarding).
-func BenchmarkRun(b *testing.B) {
-	in := input(b, "x", `{"tokens":10000,"intervalMs":0}`)
-	a := New()
-	events := 0
-	for b.Loop() {
-		err := a.Run(context.Background(), in, func([]byte) error {
-			events++
-			return nil
+// TestTimestamps checks, on the fake clock of a synctest bubble, that with timestamps every
+// event, the injected violation included, is the event without it plus "timestamp": the
+// milliseconds since the epoch at its emit.
+func TestTimestamps(t *testing.T) {
+	for _, opts := range []string{
+		`{"tokens":3,"intervalMs":7%s}`,
+		`{"tokens":2,"reasoning":true,"toolCall":true,"chunked":true,"runs":2,"intervalMs":3%s}`,
+		`{"tokens":4,"invalid":true,"intervalMs":5%s}`,
+	} {
+		synctest.Test(t, func(t *testing.T) {
+			plain, err := collect(t, input(t, "x", fmt.Sprintf(opts, "")))
+			if err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			var got []string
+			var at []int64
+			err = New().Run(context.Background(), input(t, "x", fmt.Sprintf(opts, `,"timestamps":true`)), func(ev []byte) error {
+				got = append(got, string(ev))
+				at = append(at, time.Now().UnixMilli())
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got) != len(plain) || at[len(at)-1] == start.UnixMilli() {
+				t.Fatalf("%s: %d events ending at %v, want %d spread over time", opts, len(got), at[len(at)-1], len(plain))
+			}
+			for i := range got {
+				want := strings.TrimSuffix(plain[i], "}") + `,"timestamp":` + strconv.FormatInt(at[i], 10) + "}"
+				if got[i] != want {
+					t.Errorf("%s: event %d = %s, want %s", opts, i, got[i], want)
+				}
+			}
 		})
-		if err != nil {
-			b.Fatal(err)
+	}
+}
+
+// legacyEvent is how events were encoded before appendJSON: encoding/json over this struct.
+type legacyEvent struct {
+	Type         string  `json:"type"`
+	ThreadID     string  `json:"threadId,omitempty"`
+	RunID        string  `json:"runId,omitempty"`
+	MessageID    string  `json:"messageId,omitempty"`
+	Role         string  `json:"role,omitempty"`
+	ToolCallID   string  `json:"toolCallId,omitempty"`
+	ToolCallName string  `json:"toolCallName,omitempty"`
+	Delta        *string `json:"delta,omitempty"`
+}
+
+func legacyEncode(tb testing.TB, e *event) string {
+	v := legacyEvent{Type: e.typ, ThreadID: e.threadID, RunID: e.runID, MessageID: e.messageID,
+		Role: e.role, ToolCallID: e.toolCallID, ToolCallName: e.toolCallName}
+	if e.hasDelta {
+		d := e.delta
+		if e.token > 0 {
+			d = "t" + strconv.Itoa(e.token) + " "
+		}
+		v.Delta = &d
+	}
+	b, err := json.Marshal(v)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestEncodingUnchanged compares appendJSON with the encoding/json encoding it replaced on
+// every event of several scripts, with user texts that need escaping: the bytes are the same.
+func TestEncodingUnchanged(t *testing.T) {
+	texts := []string{
+		"hello  wide\nworld",
+		`say "hi" \ back/slash`,
+		"tab\tcr\rff\fbs\bnul\x00 unit\x1f del\x7f",
+		"<b>tom & jerry</b>",
+		"héllo wörld 日本語 emoji 🎉 combining é",
+		"separators \u2028 and \u2029 here",
+		"invalid \xff\xfe utf-8 and a lone \xed\xa0\x80 surrogate",
+		"",
+	}
+	opts := []Options{
+		{},
+		{Tokens: ptr(12)},
+		{Tokens: ptr(3), Chunked: true, Reasoning: true, ToolCall: true, Runs: ptr(2)},
+		{Chunked: true},
+		{Tokens: ptr(0), Chunked: true},
+	}
+	n := 0
+	for _, text := range texts {
+		for _, o := range opts {
+			s := newScript(`th "1" <&>`, "r\u2028\\1", text, o)
+			for ev := range s.events {
+				got, want := string(ev.appendJSON(nil, 0)), legacyEncode(t, &ev)
+				if got != want {
+					t.Errorf("text %q %+v: appendJSON = %s, encoding/json = %s", text, o, got, want)
+				}
+				n++
+			}
 		}
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(events), "ns/event")
+	if n < 200 {
+		t.Errorf("compared %d events, want a few hundred", n)
+	}
+}
+
+func ptr(n int) *int { return &n }
+
+// BenchmarkRun measures the agent's own cost per event (intervalMs 0, emit discarding), with
+// the token deltas of the benchmarks and, for comparison, a reply of words that need escaping.
+func BenchmarkRun(b *testing.B) {
+	for _, bb := range []struct{ name, text, opts string }{
+		{"tokens", "x", `{"tokens":10000,"intervalMs":0}`},
+		{"tokens+timestamps", "x", `{"tokens":10000,"intervalMs":0,"timestamps":true}`},
+		{"reply-escaped", strings.Repeat(`<héllo> "wörld" `, 500), `{"intervalMs":0}`},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			in := input(b, bb.text, bb.opts)
+			a := New()
+			events := 0
+			run := func() {
+				if err := a.Run(context.Background(), in, func([]byte) error { events++; return nil }); err != nil {
+					b.Fatal(err)
+				}
+			}
+			allocs := testing.AllocsPerRun(1, run) // also counts the events of one run
+			perRun := events / 2
+			b.ReportAllocs()
+			for b.Loop() {
+				run()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*perRun), "ns/event")
+			b.ReportMetric(allocs/float64(perRun), "allocs/event")
+		})
+	}
 }
