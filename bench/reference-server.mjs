@@ -5,6 +5,9 @@
 // same scripted turn as the gateway's demo agent (agent/demo): RUN_STARTED, TEXT_MESSAGE_START,
 // forwardedProps.demo.tokens deltas "t1 " … "tN ", TEXT_MESSAGE_END, RUN_FINISHED, with
 // forwardedProps.demo.intervalMs between two events (default 20; 0 = as fast as possible).
+// With forwardedProps.demo.timestamps true every chunk carries "timestamp", the wall-clock time
+// it is yielded at in whole milliseconds since the epoch (Date.now()), as the demo agent's
+// events do: AG-UI 1.0 requires an integer, so both servers round down the same way.
 //
 //   node bench/reference-server.mjs [--addr 127.0.0.1:8090]
 //
@@ -30,6 +33,7 @@ async function* demoTurn(ctx) {
   const opts = (ctx.forwardedProps && ctx.forwardedProps.demo) || {}
   const tokens = Number.isInteger(opts.tokens) ? opts.tokens : 3
   const interval = Number.isInteger(opts.intervalMs) ? opts.intervalMs : 20
+  const timestamps = opts.timestamps === true
   const msg = `${ctx.runId}.msg1`
   const events = function* () {
     yield { type: 'RUN_STARTED', threadId: ctx.threadId, runId: ctx.runId }
@@ -43,6 +47,7 @@ async function* demoTurn(ctx) {
     if (ctx.signal.aborted) return
     if (!first && interval > 0) await sleep(interval, undefined, { signal: ctx.signal }).catch(() => {})
     first = false
+    if (timestamps) ev.timestamp = Date.now()
     yield ev
   }
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -18,6 +19,8 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/wsgateway/wsgateway/protocol"
 )
 
 // loadConfig is the command line of a load run.
@@ -41,6 +44,8 @@ type loadConfig struct {
 	JSON         bool
 	MaxResumes   int
 	ReadLimitMiB int
+	Timestamps   bool
+	Stagger      time.Duration
 }
 
 func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
@@ -66,6 +71,8 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON instead of a table")
 	fs.IntVar(&c.MaxResumes, "max-resumes", 20, "resumes allowed per turn before it is an error")
 	fs.IntVar(&c.ReadLimitMiB, "read-limit-mib", 1, "largest frame accepted, in MiB")
+	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the agent to timestamp its events (forwardedProps.demo.timestamps) and measure their latency from emit to receipt")
+	fs.DurationVar(&c.Stagger, "stagger", 0, "spread the active sockets' first run frames evenly over this long (0: all at once)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -80,8 +87,8 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
 		return c, errors.New("--sockets must be at least 1")
 	case c.Tokens < 1:
 		return c, errors.New("--tokens must be at least 1")
-	case c.Turns < 0 || c.IntervalMs < 0 || c.Replay < 0:
-		return c, errors.New("--turns, --interval-ms and --replay must not be negative")
+	case c.Turns < 0 || c.IntervalMs < 0 || c.Replay < 0 || c.Stagger < 0:
+		return c, errors.New("--turns, --interval-ms, --replay and --stagger must not be negative")
 	case c.Drop < 0 || c.Drop >= 1:
 		return c, errors.New("--drop must be in [0, 1)")
 	case c.SourceIPs < 1 || c.SourceIPs > 254:
@@ -169,7 +176,8 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 		b.clients = append(b.clients, sourceClient(i, cfg.SourceIPs))
 	}
 	rep := &report{Label: cfg.Label, URL: cfg.URL, Sockets: cfg.Sockets, Active: cfg.Active, Turns: cfg.Turns,
-		Tokens: cfg.Tokens, IntervalMs: cfg.IntervalMs, Drop: cfg.Drop, EventsPerTurn: scriptLen(cfg.Tokens)}
+		Tokens: cfg.Tokens, IntervalMs: cfg.IntervalMs, Drop: cfg.Drop, Timestamps: cfg.Timestamps,
+		StaggerMs: float64(cfg.Stagger) / float64(time.Millisecond), EventsPerTurn: scriptLen(cfg.Tokens)}
 	mem := memProbe{pid: cfg.PID, metricsURL: cfg.MetricsURL}
 	rep.RSSBaseBytes = mem.rss(ctx)
 	deliveryBefore := scrapeHistogram(ctx, cfg.MetricsURL, deliveryMetric)
@@ -242,9 +250,10 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 	cpu0, self0 := procCPU(cfg.PID), selfCPU()
 	start := time.Now()
 	var loadWG sync.WaitGroup
-	for _, s := range socks[:cfg.Active] {
+	for i, s := range socks[:cfg.Active] {
 		loadWG.Add(1)
-		go func() { defer loadWG.Done(); s.turns(runCtx) }()
+		delay := cfg.Stagger * time.Duration(i) / time.Duration(cfg.Active)
+		go func() { defer loadWG.Done(); s.turns(runCtx, delay) }()
 	}
 	loadWG.Wait()
 	elapsed := time.Since(start)
@@ -299,31 +308,37 @@ type sock struct {
 	client *http.Client
 	conn   *websocket.Conn
 	chk    *checker
-	buf    bytes.Buffer
-	frame  wireFrame
 	rng    *rand.Rand
+
+	// The last frame read: its bytes, the members of the frame and of its event, and the
+	// fields the checker reads.
+	buf    bytes.Buffer
+	frame  protocol.Fields
+	chunk  protocol.Fields
+	offset string    // the envelope's id; "" for a bare event
+	bare   bool      // a bare event, ev holds its type, code and message
+	ev     event     // the envelope's event, or the bare event
+	recv   time.Time // when the frame was read, before it was decoded
 
 	eventLat []time.Duration
 	firstLat []time.Duration
 }
 
-// wireFrame is one server frame: an envelope {id, chunk}, or a bare event (Type set).
-type wireFrame struct {
-	ID      string `json:"id"`
-	Type    string `json:"type"`
-	Code    string `json:"code"`
-	Message string `json:"message"`
-	Chunk   event  `json:"chunk"`
+// event is the part of an AG-UI event the checker and the latency measure read.
+type event struct {
+	Type      string
+	Name      string
+	Delta     string
+	Code      string
+	Message   string
+	Timestamp float64 // milliseconds since the epoch; 0 when absent
 }
 
-// event is the part of an AG-UI event the checker reads.
-type event struct {
-	Type      string   `json:"type"`
-	Name      string   `json:"name"`
-	Delta     string   `json:"delta"`
-	Code      string   `json:"code"`
-	Message   string   `json:"message"`
-	Timestamp *float64 `json:"timestamp"`
+// eventOf reads the fields of an event from its members.
+func eventOf(f *protocol.Fields) event {
+	ts, _ := f.Number("timestamp")
+	return event{Type: f.Str("type"), Name: f.Str("name"), Delta: f.Str("delta"),
+		Code: f.Str("code"), Message: f.Str("message"), Timestamp: ts}
 }
 
 func (s *sock) dial(ctx context.Context, u string) (*websocket.Conn, error) {
@@ -347,10 +362,13 @@ func (s *sock) dialConversation(ctx context.Context) error {
 	return nil
 }
 
-// read reads the next data frame into s.frame, skipping {"type":"ping"}.
-func (s *sock) read(ctx context.Context, conn *websocket.Conn) error {
+// read reads the next data frame, skipping {"type":"ping"}, into s.offset, s.bare and s.ev.
+// It reads without a context: coder/websocket arms a timer for every read given a context
+// that can end, so a turn (or an idle or replay socket) is bounded instead by a watchdog that
+// closes the socket (watch).
+func (s *sock) read(conn *websocket.Conn) error {
 	for {
-		typ, r, err := conn.Reader(ctx)
+		typ, r, err := conn.Reader(context.Background())
 		if err != nil {
 			return err
 		}
@@ -358,24 +376,51 @@ func (s *sock) read(ctx context.Context, conn *websocket.Conn) error {
 		if _, err := s.buf.ReadFrom(r); err != nil {
 			return err
 		}
+		s.recv = time.Now()
 		if typ != websocket.MessageText {
 			continue
 		}
-		s.frame = wireFrame{}
-		if err := json.Unmarshal(s.buf.Bytes(), &s.frame); err != nil {
-			return fmt.Errorf("frame is not JSON: %q", s.buf.Bytes())
+		if err := s.frame.Parse(s.buf.Bytes()); err != nil {
+			return fmt.Errorf("frame is not a JSON object (%v): %q", err, s.buf.Bytes())
 		}
-		if s.frame.Type == "ping" {
-			continue
+		if s.frame.Raw("type") != nil {
+			s.offset, s.bare, s.ev = "", true, eventOf(&s.frame)
+			if s.ev.Type == "ping" {
+				continue
+			}
+			return nil
+		}
+		s.offset, s.bare, s.ev = s.frame.Str("id"), false, event{}
+		if s.frame.Object("chunk", &s.chunk) {
+			s.ev = eventOf(&s.chunk)
 		}
 		return nil
 	}
 }
 
+// sinceTimestamp returns the time from an AG-UI timestamp (milliseconds since the epoch, a
+// fraction allowed) to t, to the microsecond.
+func sinceTimestamp(t time.Time, ms float64) time.Duration {
+	return t.Sub(time.UnixMicro(int64(math.Round(ms * 1000))))
+}
+
+// watch closes the socket *conn holds when ctx ends, so that a read blocked on it returns;
+// stop ends the watch. The socket may change (a resume): store it in conn, then check ctx.
+func watch(ctx context.Context, conn *atomic.Pointer[websocket.Conn]) (stop func() bool) {
+	return context.AfterFunc(ctx, func() {
+		if c := conn.Load(); c != nil {
+			c.CloseNow()
+		}
+	})
+}
+
 // idle reads (and ignores) frames until ctx is cancelled.
 func (s *sock) idle(ctx context.Context) {
+	var conn atomic.Pointer[websocket.Conn]
+	conn.Store(s.conn)
+	defer watch(ctx, &conn)()
 	for {
-		if err := s.read(ctx, s.conn); err != nil {
+		if err := s.read(s.conn); err != nil {
 			if ctx.Err() == nil {
 				s.b.c.fail(fmt.Errorf("idle socket %d: %w", s.id, err))
 			}
@@ -388,7 +433,7 @@ func (s *sock) idle(ctx context.Context) {
 }
 
 // turns streams the socket's turns one after the other.
-func (s *sock) turns(ctx context.Context) {
+func (s *sock) turns(ctx context.Context, delay time.Duration) {
 	s.rng = rand.New(rand.NewPCG(uint64(s.id), uint64(time.Now().UnixNano())))
 	defer func() {
 		s.b.latMu.Lock()
@@ -396,6 +441,15 @@ func (s *sock) turns(ctx context.Context) {
 		s.b.firstLat = append(s.b.firstLat, s.firstLat...)
 		s.b.latMu.Unlock()
 	}()
+	if delay > 0 {
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 	for k := range s.b.cfg.Turns {
 		if ctx.Err() != nil {
 			return
@@ -434,35 +488,44 @@ func (s *sock) turns(ctx context.Context) {
 
 // runFrame is the RunAgentInput of one benchmark turn.
 func (s *sock) runFrame(runID string) []byte {
-	return fmt.Appendf(nil, `{"threadId":"thread-%s-%d","runId":%q,"messages":[{"id":"m-%s","role":"user","content":"bench"}],"tools":[],"context":[],"forwardedProps":{"demo":{"tokens":%d,"intervalMs":%d}}}`,
-		s.b.tag, s.id, runID, runID, s.b.cfg.Tokens, s.b.cfg.IntervalMs)
+	ts := ""
+	if s.b.cfg.Timestamps {
+		ts = `,"timestamps":true`
+	}
+	return fmt.Appendf(nil, `{"threadId":"thread-%s-%d","runId":%q,"messages":[{"id":"m-%s","role":"user","content":"bench"}],"tools":[],"context":[],"forwardedProps":{"demo":{"tokens":%d,"intervalMs":%d%s}}}`,
+		s.b.tag, s.id, runID, runID, s.b.cfg.Tokens, s.b.cfg.IntervalMs, ts)
 }
 
 // turn sends one run frame and reads its events to the terminal one, resuming after drops.
+// When ctx ends (the turn's time limit) the socket being read is closed and turn returns
+// ctx's error.
 func (s *sock) turn(ctx context.Context, runID string) error {
 	s.chk.reset(s.b.cfg.Tokens)
+	conn := s.conn
+	var reading atomic.Pointer[websocket.Conn]
+	reading.Store(conn)
+	defer watch(ctx, &reading)()
 	sent := time.Now()
-	if err := s.conn.Write(ctx, websocket.MessageText, s.runFrame(runID)); err != nil {
+	if err := conn.Write(ctx, websocket.MessageText, s.runFrame(runID)); err != nil {
 		return fmt.Errorf("send run frame: %w", err)
 	}
 	first := true
-	conn := s.conn
 	resumes := 0
 	for !s.chk.done {
-		err := s.read(ctx, conn)
+		err := s.read(conn)
 		if err == nil {
-			if s.frame.Type != "" {
-				return fmt.Errorf("bare %s %s: %s", s.frame.Type, s.frame.Code, s.frame.Message)
+			if s.bare {
+				return fmt.Errorf("bare %s %s: %s", s.ev.Type, s.ev.Code, s.ev.Message)
 			}
-			now := time.Now()
 			if first {
-				s.firstLat = append(s.firstLat, now.Sub(sent))
+				s.firstLat = append(s.firstLat, s.recv.Sub(sent))
 				first = false
 			}
-			if ts := s.frame.Chunk.Timestamp; ts != nil && *ts > 0 {
-				s.eventLat = append(s.eventLat, now.Sub(time.UnixMilli(int64(*ts))))
+			// The agent's events only: run.accepted is the server's marker.
+			if ts := s.ev.Timestamp; ts > 0 && !(s.ev.Type == "CUSTOM" && s.ev.Name == acceptedName) {
+				s.eventLat = append(s.eventLat, sinceTimestamp(s.recv, ts))
 			}
-			if err := s.chk.add(s.frame.ID, &s.frame.Chunk); err != nil {
+			if err := s.chk.add(s.offset, &s.ev); err != nil {
 				return err
 			}
 			s.b.c.events.Add(1)
@@ -497,6 +560,11 @@ func (s *sock) turn(ctx context.Context, runID string) error {
 			return fmt.Errorf("resume: %w", derr)
 		}
 		conn = c
+		reading.Store(c)
+		if ctx.Err() != nil { // the watchdog may have run before the Store
+			c.CloseNow()
+			return ctx.Err()
+		}
 	}
 	if conn != s.conn {
 		conn.Close(websocket.StatusNormalClosure, "")
@@ -524,20 +592,24 @@ func (b *bench) replay(ctx context.Context, n int) *replayReport {
 			continue
 		}
 		s.chk.reset(b.cfg.Tokens)
+		var reading atomic.Pointer[websocket.Conn]
+		reading.Store(conn)
+		stop := watch(ctx, &reading)
 		for {
-			err := s.read(ctx, conn)
+			err := s.read(conn)
 			if err != nil {
 				if websocket.CloseStatus(err) != websocket.StatusNormalClosure || !s.chk.done {
 					b.c.fail(fmt.Errorf("replay %s after %d events: %w", runID, s.chk.events, err))
 				}
 				break
 			}
-			if err := s.chk.add(s.frame.ID, &s.frame.Chunk); err != nil {
+			if err := s.chk.add(s.offset, &s.ev); err != nil {
 				b.c.fail(fmt.Errorf("replay %s: %w", runID, err))
 				break
 			}
 			rep.Events++
 		}
+		stop()
 		conn.CloseNow()
 		rep.Runs++
 	}

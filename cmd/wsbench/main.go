@@ -22,11 +22,20 @@
 // errors and memory, as a table or, with --json, as one JSON object. A progress line goes to
 // stderr every --progress.
 //
-// Latency: an event that carries a numeric AG-UI timestamp (milliseconds since the epoch) is
-// measured from it ("event latency"); the first event of every turn is measured from the
-// moment its run frame was written ("first-event latency"). With --metrics-url the gateway's
-// own delivery histogram (agent emit to socket write) is read before and after the load and its
-// percentiles are reported too.
+// Latency: run frames ask for forwardedProps.demo.timestamps (unless --timestamps=false), so the
+// agent stamps every event with the milliseconds since the epoch at its emit, and each agent
+// event that carries a numeric AG-UI timestamp is measured from it to the moment its frame was
+// read, before it is decoded ("event latency"; AG-UI 1.0 timestamps are whole milliseconds,
+// rounded down at the emit, so this over-estimates by less than one millisecond). The first
+// event of every turn is measured from the moment its run frame was written ("first-event
+// latency"). With --metrics-url the gateway's own delivery histogram (agent emit to socket
+// write) is read before and after the load and its percentiles are reported too. The report
+// also gives wsbench's own CPU time per event: it shares the machine with the server.
+//
+// The client is lean, so that its CPU takes as little as possible from a server on the same
+// cores: frames are read without a per-read context (a turn is bounded by a watchdog that
+// closes its socket) and decoded with protocol.Fields, which splits a frame without decoding
+// the fields the checker does not read.
 //
 // Exit status: 0 when every turn completed with a correct sequence and no error, 1 when the
 // run found errors, 2 for a bad command line.

@@ -26,6 +26,8 @@ type report struct {
 	Tokens        int     `json:"tokens"`
 	IntervalMs    int     `json:"intervalMs"`
 	Drop          float64 `json:"drop"`
+	Timestamps    bool    `json:"timestamps"`
+	StaggerMs     float64 `json:"staggerMs"`
 	EventsPerTurn int     `json:"eventsPerTurn"`
 
 	DialSeconds    float64  `json:"dialSeconds"`
@@ -98,8 +100,8 @@ func (r *report) writeTable(w io.Writer) {
 		fmt.Fprintf(w, "%-26s "+format+"\n", append([]any{k}, args...)...)
 	}
 	row("server", "%s", r.Label)
-	row("load", "%d sockets (%d active) × %d turns × %d events (tokens %d, interval %d ms, drop %g)",
-		r.Sockets, r.Active, r.Turns, r.EventsPerTurn, r.Tokens, r.IntervalMs, r.Drop)
+	row("load", "%d sockets (%d active) × %d turns × %d events (tokens %d, interval %d ms, drop %g, timestamps %t, stagger %g ms)",
+		r.Sockets, r.Active, r.Turns, r.EventsPerTurn, r.Tokens, r.IntervalMs, r.Drop, r.Timestamps, r.StaggerMs)
 	row("dial", "%.2f s", r.DialSeconds)
 	row("events delivered", "%d in %.2f s", r.Events, r.LoadSeconds)
 	row("events/s", "%.0f", r.EventsPerSec)
@@ -109,12 +111,13 @@ func (r *report) writeTable(w io.Writer) {
 	for _, e := range r.ErrorSample {
 		row("", "%s", e)
 	}
-	row("event latency", "%s", r.EventLatency)
+	row("event emit→receipt", "%s", r.EventLatency)
 	row("first-event latency", "%s", r.FirstEventLatency)
 	row("server emit→write", "%s", r.ServerDelivery)
 	if r.ServerCPUSeconds > 0 {
-		row("server CPU", "%.2f s, %.1f µs per event (client %.1f µs per event)", r.ServerCPUSeconds, r.ServerCPUUsPerEvent, r.ClientCPUUsPerEvent)
+		row("server CPU", "%.2f s, %.1f µs per event", r.ServerCPUSeconds, r.ServerCPUUsPerEvent)
 	}
+	row("client CPU", "%.1f µs per event (wsbench itself)", r.ClientCPUUsPerEvent)
 	row("server RSS base/idle/peak", "%s / %s / %s", mib(r.RSSBaseBytes), mib(r.RSSIdleBytes), mib(r.RSSPeakBytes))
 	row("RSS per idle socket", "%.1f KiB", r.IdleBytesPerSocket/1024)
 	if r.Goroutines > 0 {

@@ -124,15 +124,23 @@ func (r *results) write(w io.Writer) {
 	gw, ngw := median(r.load["throughput.gateway"], eps)
 	ref, nref := median(r.load["throughput.reference"], eps)
 	row("throughput, events/s delivered", num(gw, ngw, "%.0f"), num(ref, nref, "%.0f"), ratio(gw, ref, ngw, nref), "≥ 2× reference (goal 3×)")
-	cpu := func(x *report) float64 {
-		if x.ServerCPUUsPerEvent == 0 {
+	// measured is f, or NaN (left out of the median) for a report that did not measure it.
+	measured := func(f func(*report) float64) func(*report) float64 {
+		return func(x *report) float64 {
+			if v := f(x); v != 0 {
+				return v
+			}
 			return nan
 		}
-		return x.ServerCPUUsPerEvent
 	}
+	cpu := measured(func(x *report) float64 { return x.ServerCPUUsPerEvent })
 	c1, nc1 := median(r.load["throughput.gateway"], cpu)
 	c2, nc2 := median(r.load["throughput.reference"], cpu)
 	row("throughput, server CPU µs per event", num(c1, nc1, "%.1f"), num(c2, nc2, "%.1f"), ratio(c1, c2, nc1, nc2), "(steadier on a busy machine)")
+	cli := measured(func(x *report) float64 { return x.ClientCPUUsPerEvent })
+	c1, nc1 = median(r.load["throughput.gateway"], cli)
+	c2, nc2 = median(r.load["throughput.reference"], cli)
+	row("throughput, wsbench's own CPU µs per event", num(c1, nc1, "%.1f"), num(c2, nc2, "%.1f"), "", "(shares the cores with the server)")
 	js, njs := median(r.raw["raw-jetstream"], func(x *rawReport) float64 { return x.PerSec })
 	row("raw JetStream async publishes/s", "", "", "", "machine baseline")
 	row("", num(js, njs, "%.0f"), "", ratio(gw, js, ngw, njs), "gateway ≥ 0.5× raw JetStream")
@@ -150,6 +158,7 @@ func (r *results) write(w io.Writer) {
 		{"latency p50, first event from run frame (ms)", func(x *report) float64 { return pct(x.FirstEventLatency, 50) }},
 		{"latency p99, server emit → socket write (ms)", func(x *report) float64 { return pct(x.ServerDelivery, 99) }},
 		{"latency p99, event timestamp → receipt (ms)", func(x *report) float64 { return pct(x.EventLatency, 99) }},
+		{"latency p50, event timestamp → receipt (ms)", func(x *report) float64 { return pct(x.EventLatency, 50) }},
 		{"latency scenario, events/s delivered", eps},
 	} {
 		a, na := median(r.load["latency.gateway"], l.f)

@@ -134,6 +134,13 @@ func checkLoad(t *testing.T, rep *report, sockets, turns, tokens, replays int) {
 	if rep.EventsPerSec <= 0 || rep.FirstEventLatency == nil || rep.FirstEventLatency.N != sockets*turns {
 		t.Errorf("events/s %v, first-event latency %+v: want a rate and one sample per turn", rep.EventsPerSec, rep.FirstEventLatency)
 	}
+	// Every agent event is timestamped (run.accepted, the server's, is not measured).
+	if want := sockets * turns * (scriptLen(tokens) - 1); rep.EventLatency == nil || rep.EventLatency.N != want {
+		t.Errorf("event latency %+v: want one sample per agent event, %d", rep.EventLatency, want)
+	}
+	if rep.ClientCPUUsPerEvent <= 0 {
+		t.Errorf("client CPU per event = %v, want it measured", rep.ClientCPUUsPerEvent)
+	}
 	if rep.RSSBaseBytes <= 0 || rep.RSSIdleBytes <= 0 {
 		t.Errorf("server RSS base %d idle %d: want both measured", rep.RSSBaseBytes, rep.RSSIdleBytes)
 	}
@@ -199,9 +206,15 @@ func TestLoadFindsGap(t *testing.T) {
 			return
 		}
 		var in struct {
-			RunID string `json:"runId"`
+			RunID          string `json:"runId"`
+			ForwardedProps struct {
+				Demo struct{ Timestamps bool }
+			}
 		}
 		json.Unmarshal(data, &in)
+		if !in.ForwardedProps.Demo.Timestamps {
+			t.Errorf("run frame %s does not ask for timestamps", data)
+		}
 		events := []string{`{"type":"RUN_STARTED"}`, `{"type":"TEXT_MESSAGE_START"}`,
 			`{"type":"TEXT_MESSAGE_CONTENT","delta":"t1 "}`, `{"type":"TEXT_MESSAGE_CONTENT","delta":"t3 "}`,
 			`{"type":"TEXT_MESSAGE_END"}`, `{"type":"RUN_FINISHED"}`}
@@ -219,6 +232,53 @@ func TestLoadFindsGap(t *testing.T) {
 	rep := decodeReport(t, out)
 	if rep.Errors != 2 || rep.TurnsCompleted != 0 || len(rep.ErrorSample) == 0 || !strings.Contains(rep.ErrorSample[0], errGap.Error()) {
 		t.Errorf("errors %d, turns %d, sample %q: want both turns failed with %q", rep.Errors, rep.TurnsCompleted, rep.ErrorSample, errGap)
+	}
+}
+
+// TestLoadTurnTimeout runs wsbench against a server that never ends its turns: each turn must
+// fail at --turn-timeout with the context's error, the run must end, and say why.
+func TestLoadTurnTimeout(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		c, err := websocket.Accept(w, r, nil)
+		if err != nil {
+			return
+		}
+		defer c.CloseNow()
+		if _, _, err := c.Read(r.Context()); err != nil {
+			return
+		}
+		c.Write(r.Context(), websocket.MessageText, []byte(`{"id":"1","chunk":{"type":"RUN_STARTED"}}`))
+		c.Read(r.Context()) // until the client closes
+	}))
+	t.Cleanup(srv.Close)
+	code, out, errOut := wsbenchRun(t, "--url", "ws"+strings.TrimPrefix(srv.URL, "http"), "--sockets", "3",
+		"--turns", "2", "--tokens", "3", "--turn-timeout", "200ms", "--idle-settle", "0s", "--progress", "0", "--json")
+	if code != 1 {
+		t.Fatalf("wsbench exit %d, want 1\n%s\n%s", code, out, errOut)
+	}
+	rep := decodeReport(t, out)
+	// The first turn of each socket times out; the second cannot start on the closed socket,
+	// which is redialed and times out too.
+	if rep.TurnsFailed != 6 || rep.TurnsCompleted != 0 || len(rep.ErrorSample) == 0 ||
+		!strings.Contains(rep.ErrorSample[0], context.DeadlineExceeded.Error()) {
+		t.Errorf("failed %d, completed %d, sample %q: want every turn failed with %q",
+			rep.TurnsFailed, rep.TurnsCompleted, rep.ErrorSample, context.DeadlineExceeded)
+	}
+}
+
+func TestSinceTimestamp(t *testing.T) {
+	recv := time.UnixMicro(1764471296123456 + 2500)
+	for _, tt := range []struct {
+		ms   float64
+		want time.Duration
+	}{
+		{1764471296123.456, 2500 * time.Microsecond},
+		{1764471296123, 2956 * time.Microsecond}, // a whole-millisecond AG-UI 1.0 timestamp
+		{1764471296126, -44 * time.Microsecond},
+	} {
+		if got := sinceTimestamp(recv, tt.ms); got != tt.want {
+			t.Errorf("sinceTimestamp(%v) = %v, want %v", tt.ms, got, tt.want)
+		}
 	}
 }
 
