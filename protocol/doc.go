@@ -31,7 +31,8 @@
 // [DecodeClientFrame] classifies an inbound text frame as an abort or a run
 // frame whose [RunAgentInput] is validated by [DecodeRunAgentInput] (errors are
 // [*InputError]s naming the field). [AppendEnvelope], [AppendRunError] and
-// [PingFrame] build the outbound frames; [DecodeServerFrame] reads them back.
+// [PingFrame] build the outbound frames; [DecodeServerFrame] reads them back,
+// and [Fields] reads a few fields of many frames without allocating.
 // [RunAccepted] is the gateway's marker event, which is never verified.
 //
 // Nothing in the package blocks or starts goroutines; a Pipeline is not safe
