@@ -42,11 +42,15 @@ async function* demoTurn(ctx) {
     yield { type: 'TEXT_MESSAGE_END', messageId: msg }
     yield { type: 'RUN_FINISHED', threadId: ctx.threadId, runId: ctx.runId }
   }
-  let first = true
+  // Event i is due i intervals after the first, as in agent/demo.
+  let i = 0
+  let start = 0
   for (const ev of events()) {
     if (ctx.signal.aborted) return
-    if (!first && interval > 0) await sleep(interval, undefined, { signal: ctx.signal }).catch(() => {})
-    first = false
+    if (i === 0) start = performance.now()
+    const wait = start + i * interval - performance.now()
+    if (i > 0 && interval > 0 && wait > 0) await sleep(wait, undefined, { signal: ctx.signal }).catch(() => {})
+    i++
     if (timestamps) ev.timestamp = Date.now()
     yield ev
   }

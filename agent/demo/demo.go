@@ -8,7 +8,9 @@
 //	                          per TEXT_MESSAGE_CONTENT, 20 ms apart
 //	tokens (int)              reply with exactly tokens deltas instead; delta i (from 1)
 //	                          is "t<i> "
-//	intervalMs (int)          pause between two events (default 20; 0 = as fast as possible)
+//	intervalMs (int)          time between two events (default 20; 0 = as fast as possible):
+//	                          event i is due i intervals after the first, so a late event
+//	                          does not delay the ones after it
 //	chunked (bool)            TEXT_MESSAGE_CHUNKs instead of TEXT_MESSAGE_START/CONTENT/END
 //	reasoning (bool)          a reasoning span with one reasoning message before the reply
 //	toolCall (bool)           a get_weather tool call, its JSON arguments in several
@@ -132,18 +134,25 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 		}
 		return nil
 	}
+	// Event i is due i intervals after the first: a late event (a busy machine) does not push
+	// the following ones back, so turns started apart stay apart.
+	var first time.Time
 	i := 0
 	for ev := range s.events {
-		if i > 0 && interval > 0 {
-			if timer == nil {
-				timer = time.NewTimer(interval)
-			} else {
-				timer.Reset(interval)
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("demo: %w", ctx.Err())
-			case <-timer.C:
+		if i == 0 {
+			first = time.Now()
+		} else if interval > 0 {
+			if wait := time.Until(first.Add(time.Duration(i) * interval)); wait > 0 {
+				if timer == nil {
+					timer = time.NewTimer(wait)
+				} else {
+					timer.Reset(wait)
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("demo: %w", ctx.Err())
+				case <-timer.C:
+				}
 			}
 		}
 		if err := ctx.Err(); err != nil {

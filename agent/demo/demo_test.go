@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -250,6 +251,31 @@ func TestPauses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestScheduleAfterLateEmit checks, on the fake clock, that an emit that takes longer than
+// the interval does not push back the events after it: each is due at its place in the
+// schedule set by the first event.
+func TestScheduleAfterLateEmit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var at []time.Duration
+		err := New().Run(context.Background(), input(t, "x", `{"tokens":4,"intervalMs":10}`), func([]byte) error {
+			at = append(at, time.Since(start))
+			if len(at) == 2 {
+				time.Sleep(25 * time.Millisecond) // the second event's emit is slow
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ms := time.Millisecond
+		want := []time.Duration{0, 10 * ms, 35 * ms, 35 * ms, 40 * ms, 50 * ms, 60 * ms, 70 * ms}
+		if !slices.Equal(at, want) {
+			t.Errorf("events emitted at %v, want %v", at, want)
+		}
+	})
 }
 
 func TestCancel(t *testing.T) {
