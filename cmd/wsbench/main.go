@@ -3,7 +3,8 @@
 // bench/. BENCHMARKS.md has the scenarios and results.
 //
 //	wsbench [flags]                 open conversation sockets, stream turns, check and measure
-//	wsbench raw-jetstream [flags]   the machine's limit: raw JetStream asynchronous publishes
+//	wsbench raw-jetstream [flags]   the machine's limit: raw JetStream asynchronous publishes,
+//	                                or (--rate) the latency of paced synchronous ones
 //	wsbench raw-websocket [flags]   the machine's limit: raw coder/websocket text frames
 //	wsbench table RESULTS_DIR       the side-by-side table of bench/run's JSON results
 //

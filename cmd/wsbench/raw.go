@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -29,6 +30,10 @@ type rawReport struct {
 	PerSec     float64 `json:"messagesPerSec"`
 	Publishers int     `json:"publishers,omitempty"`
 	Conns      int     `json:"conns,omitempty"`
+	// Rate and Latency: a paced run (raw-jetstream --rate), its target rate and the
+	// publish → acknowledgement latencies of its synchronous publishes.
+	Rate    float64      `json:"rate,omitempty"`
+	Latency *percentiles `json:"latencyMs,omitempty"`
 }
 
 func (r *rawReport) write(w io.Writer, asJSON bool) {
@@ -41,6 +46,9 @@ func (r *rawReport) write(w io.Writer, asJSON bool) {
 	fmt.Fprintf(w, "%-26s %s\n", "baseline", r.Baseline)
 	fmt.Fprintf(w, "%-26s %d × %d bytes in %.2f s\n", "messages", r.Messages, r.Bytes, r.Seconds)
 	fmt.Fprintf(w, "%-26s %.0f\n", "messages/s", r.PerSec)
+	if r.Latency != nil {
+		fmt.Fprintf(w, "%-26s %s\n", "publish → ack", r.Latency)
+	}
 }
 
 // sampleEnvelope is a frame the size of a typical content envelope of the gateway.
@@ -54,6 +62,10 @@ func sampleEnvelope(size int) []byte {
 
 // rawJetStreamMain measures asynchronous JetStream publishes of event-sized messages to a
 // file-storage stream on an embedded server (the gateway's own setup), or on --nats-url.
+// With --rate it measures latency instead: every publisher publishes synchronously, one
+// message at a time on a fixed schedule (the publishers evenly out of phase), so that all
+// of them together publish --rate messages per second, and the report gives the publish →
+// acknowledgement latencies: what one durable write costs on this machine at that load.
 func rawJetStreamMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("wsbench raw-jetstream", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -64,6 +76,7 @@ func rawJetStreamMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	pending := fs.Int("max-pending", 4000, "asynchronous publishes in flight per connection")
 	dataDir := fs.String("data-dir", "", "storage directory of the embedded server (default: a temporary one, removed after)")
 	natsURL := fs.String("nats-url", "", "use this NATS server instead of an embedded one")
+	rate := fs.Float64("rate", 0, "measure latency: synchronous publishes paced to this many messages/s in all (0: as fast as possible, asynchronous)")
 	asJSON := fs.Bool("json", false, "print the result as JSON")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -71,11 +84,11 @@ func rawJetStreamMain(ctx context.Context, args []string, stdout, stderr io.Writ
 		}
 		return 2
 	}
-	if *msgs < 1 || *size < 1 || *pubs < 1 || *subjects < 1 || *pending < 1 {
+	if *msgs < 1 || *size < 1 || *pubs < 1 || *subjects < 1 || *pending < 1 || *rate < 0 {
 		fmt.Fprintln(stderr, "wsbench raw-jetstream: counts must be positive")
 		return 2
 	}
-	rep, err := rawJetStream(ctx, *natsURL, *dataDir, *msgs, *size, *pubs, *subjects, *pending)
+	rep, err := rawJetStream(ctx, *natsURL, *dataDir, *msgs, *size, *pubs, *subjects, *pending, *rate)
 	if err != nil {
 		fmt.Fprintln(stderr, "wsbench raw-jetstream:", err)
 		return 1
@@ -84,7 +97,7 @@ func rawJetStreamMain(ctx context.Context, args []string, stdout, stderr io.Writ
 	return 0
 }
 
-func rawJetStream(ctx context.Context, natsURL, dataDir string, msgs, size, pubs, subjects, pending int) (*rawReport, error) {
+func rawJetStream(ctx context.Context, natsURL, dataDir string, msgs, size, pubs, subjects, pending int, rate float64) (*rawReport, error) {
 	if natsURL == "" {
 		dir := dataDir
 		if dir == "" {
@@ -125,6 +138,12 @@ func rawJetStream(ctx context.Context, natsURL, dataDir string, msgs, size, pubs
 	defer js.DeleteStream(context.WithoutCancel(ctx), stream)
 	body := sampleEnvelope(size)
 	per := msgs / pubs
+	// A paced publisher's k-th message is due at its phase plus k periods.
+	period := time.Duration(0)
+	if rate > 0 {
+		period = time.Duration(float64(pubs) / rate * float64(time.Second))
+	}
+	lat := make([][]time.Duration, pubs)
 	start := time.Now()
 	var wg sync.WaitGroup
 	errc := make(chan error, pubs)
@@ -132,12 +151,25 @@ func rawJetStream(ctx context.Context, natsURL, dataDir string, msgs, size, pubs
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			phase := start.Add(period * time.Duration(p) / time.Duration(pubs))
 			for i := range per {
 				subj := stream + ".p" + strconv.Itoa(p) + ".s" + strconv.Itoa(i%subjects)
-				if _, err := js.PublishAsync(subj, body, natsjs.WithStallWait(time.Minute)); err != nil {
+				if period == 0 {
+					if _, err := js.PublishAsync(subj, body, natsjs.WithStallWait(time.Minute)); err != nil {
+						errc <- fmt.Errorf("publish: %w", err)
+						return
+					}
+					continue
+				}
+				if wait := time.Until(phase.Add(time.Duration(i) * period)); wait > 0 {
+					time.Sleep(wait)
+				}
+				t := time.Now()
+				if _, err := js.Publish(ctx, subj, body); err != nil {
 					errc <- fmt.Errorf("publish: %w", err)
 					return
 				}
+				lat[p] = append(lat[p], time.Since(t))
 			}
 		}()
 	}
@@ -162,8 +194,13 @@ func rawJetStream(ctx context.Context, natsURL, dataDir string, msgs, size, pubs
 	if stored != int64(per*pubs) {
 		return nil, fmt.Errorf("stream holds %d messages, published %d", stored, per*pubs)
 	}
-	return &rawReport{Baseline: "jetstream async publish (file storage)", Messages: stored, Bytes: len(body),
-		Seconds: elapsed.Seconds(), PerSec: float64(stored) / elapsed.Seconds(), Publishers: pubs}, nil
+	rep := &rawReport{Baseline: "jetstream async publish (file storage)", Messages: stored, Bytes: len(body),
+		Seconds: elapsed.Seconds(), PerSec: float64(stored) / elapsed.Seconds(), Publishers: pubs}
+	if period > 0 {
+		rep.Baseline, rep.Rate = "jetstream synchronous publish, paced (file storage)", rate
+		rep.Latency = summarize(slices.Concat(lat...))
+	}
+	return rep, nil
 }
 
 // rawWebSocketMain measures text frames written by coder/websocket servers and read by

@@ -165,6 +165,10 @@ func (r *results) write(w io.Writer) {
 		b, nb := median(r.load["latency.reference"], l.f)
 		row(l.name, num(a, na, "%.2f"), num(b, nb, "%.2f"), "", "gateway p99 ≤ 3 ms at 2,000 events/s")
 	}
+	for _, q := range []int{99, 50} {
+		v, n := median(r.raw["raw-jetstream-paced"], func(x *rawReport) float64 { return pct(x.Latency, q) })
+		row(fmt.Sprintf("raw JetStream publish → ack p%d, paced like the latency scenario (ms)", q), num(v, n, "%.2f"), "", "", "machine baseline")
+	}
 	perSock := func(x *report) float64 { return x.IdleBytesPerSocket / 1024 }
 	a, na := median(r.load["idle.gateway"], perSock)
 	b, nb := median(r.load["idle.reference"], perSock)

@@ -284,14 +284,20 @@ func TestSinceTimestamp(t *testing.T) {
 
 func TestRawBaselines(t *testing.T) {
 	tests := []struct {
-		args []string
-		want int64
+		args    []string
+		want    int64
+		latency bool // a paced run: every publish's latency measured
 	}{
-		{[]string{"raw-websocket", "--conns", "3", "--frames", "200", "--json"}, 600},
-		{[]string{"raw-jetstream", "--msgs", "1000", "--publishers", "2", "--data-dir", t.TempDir(), "--json"}, 1000},
+		{[]string{"raw-websocket", "--conns", "3", "--frames", "200", "--json"}, 600, false},
+		{[]string{"raw-jetstream", "--msgs", "1000", "--publishers", "2", "--data-dir", t.TempDir(), "--json"}, 1000, false},
+		{[]string{"raw-jetstream", "--msgs", "200", "--publishers", "4", "--rate", "400", "--data-dir", t.TempDir(), "--json"}, 200, true},
 	}
 	for _, tt := range tests {
-		t.Run(tt.args[0], func(t *testing.T) {
+		name := tt.args[0]
+		if tt.latency {
+			name += " paced"
+		}
+		t.Run(name, func(t *testing.T) {
 			code, out, errOut := wsbenchRun(t, tt.args...)
 			if code != 0 {
 				t.Fatalf("wsbench %q exit %d\n%s", tt.args, code, errOut)
@@ -302,6 +308,9 @@ func TestRawBaselines(t *testing.T) {
 			}
 			if rep.Messages != tt.want || rep.PerSec <= 0 {
 				t.Errorf("wsbench %q = %+v, want %d messages and a rate", tt.args, rep, tt.want)
+			}
+			if got := rep.Latency != nil && int64(rep.Latency.N) == tt.want && rep.Latency.P50 > 0; got != tt.latency {
+				t.Errorf("wsbench %q latency = %+v, want measured: %t", tt.args, rep.Latency, tt.latency)
 			}
 		})
 	}
