@@ -81,7 +81,7 @@ type Writer struct {
 type pending struct {
 	event  []byte
 	stored func(offset string, err error)
-	at     time.Time
+	at     time.Time // when it was appended, read only by Metrics.BatchStored (zero without it)
 }
 
 // Create starts a log for (principal, runID) and returns its writer, which holds the run's
@@ -208,7 +208,11 @@ func (w *Writer) Append(event []byte, stored func(offset string, err error)) {
 		stored("", fmt.Errorf("append: %w", err))
 		return
 	}
-	w.queue = append(w.queue, pending{event: event, stored: stored, at: time.Now()})
+	p := pending{event: event, stored: stored}
+	if w.s.cfg.Metrics.BatchStored != nil {
+		p.at = time.Now()
+	}
+	w.queue = append(w.queue, p)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -292,9 +296,8 @@ func (w *Writer) loop() {
 			}
 			continue
 		}
-		acked := time.Now()
 		if f := w.s.cfg.Metrics.BatchStored; f != nil {
-			f(n, acked.Sub(batch[0].at))
+			f(n, time.Since(batch[0].at))
 		}
 		for i, p := range batch {
 			p.stored(position{gen: w.info.Generation, seq: seq, idx: i, tag: w.tag}.String(), nil)
