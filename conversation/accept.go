@@ -10,8 +10,10 @@ import (
 
 // socketBufferSize sizes a socket's read buffer. coder/websocket keeps the buffers of the
 // hijacked connection for the socket's life; net/http's are 4 KiB each, which is most of an
-// idle socket's cost. Frames larger than the buffer bypass it.
-const socketBufferSize = 512
+// idle socket's cost. Inbound frames are few and small (run frames, aborts, pongs): the
+// buffer holds a frame header and a short frame, and larger payloads are read past it,
+// straight into the message.
+const socketBufferSize = 128
 
 // batchWriteBufferSize sizes the write buffer of a batching socket: coder/websocket flushes
 // it after every frame into the batch buffer, so it only needs to hold a frame header or a
@@ -44,19 +46,26 @@ func (w *batchHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
 func (w *batchHijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // hijack takes over w's connection, wrapped in a batchConn stored in batch, with a read
-// buffer of socketBufferSize and a write buffer of writeSize.
+// buffer of socketBufferSize and a write buffer of writeSize. The batchConn knows the read
+// buffer (field in) when its reader may wait for input outside coder/websocket (idle.go).
 func hijack(w http.ResponseWriter, writeSize int, batch **batchConn) (net.Conn, *bufio.ReadWriter, error) {
 	raw, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
-	*batch = &batchConn{Conn: raw}
-	conn := net.Conn(*batch)
+	b := &batchConn{Conn: raw}
+	*batch = b
 	r := brw.Reader
 	if r.Buffered() == 0 {
-		r = bufio.NewReaderSize(conn, socketBufferSize)
-	} // else the client pipelined its first frame: keep the reader that holds it
-	return conn, bufio.NewReadWriter(r, bufio.NewWriterSize(conn, writeSize)), nil
+		r = bufio.NewReaderSize(b, socketBufferSize)
+		if waitable(raw) {
+			b.in = r
+		}
+	}
+	// Otherwise the client pipelined its first frame: keep the reader that holds it. The
+	// socket's reader then waits inside coder/websocket, which moves the frame out of the
+	// buffer, where Buffered does not see it.
+	return b, bufio.NewReadWriter(r, bufio.NewWriterSize(b, writeSize)), nil
 }
 
 // batchConn is a socket's connection whose writes can be batched. Outside a batch every write
@@ -68,10 +77,17 @@ func hijack(w http.ResponseWriter, writeSize int, batch **batchConn) (net.Conn, 
 //
 // mu is held across the system calls, so the bytes of concurrent writers, direct or
 // buffered, reach the connection in the order they were written.
+//
+// The batchConn is also the source of the socket's read buffer, and the context of its
+// reader's reads, which lets an idle reader wait outside coder/websocket (idle.go).
 type batchConn struct {
 	net.Conn
 	mu  sync.Mutex
 	buf *[]byte // the batch in progress; nil outside a batch
+
+	in     *bufio.Reader // the socket's read buffer; nil: the reader never parks (idle.go)
+	header bool          // the reader waits for a message's first frame (idle.go)
+	park   bool          // the next read from the connection returns errParked (idle.go)
 }
 
 // Write writes p, or appends it to the batch in progress.

@@ -32,14 +32,15 @@ type frame struct {
 	emitted time.Time // zero for frames that are not events (pings, bare errors)
 }
 
-// conn is one socket. The handler goroutine reads; the writer goroutine, started on demand,
-// writes the queue and performs the close.
+// conn is one socket. Its reader reads (a goroutine, which a conversation socket hands on
+// to a new one after each frame: idle.go); the writer goroutine, started on demand, writes
+// the queue and performs the close.
 type conn struct {
 	srv       *Server
 	ws        *websocket.Conn
-	log       *slog.Logger
-	kind      metrics.SocketKind
+	log       *slog.Logger // the Server's: lines add the socket's attributes (logAttrs)
 	principal string
+	remote    string // the client's address, for log lines
 	hb        *heartbeat.Entry
 
 	mu      sync.Mutex
@@ -49,12 +50,14 @@ type conn struct {
 	pinging bool // a protocol ping waits for its pong
 	// closing: a close was requested, no frame is accepted any more. The writer performs it
 	// once the queue is written (flush) or at once.
-	closing     bool
-	flush       bool
-	abrupt      bool // close without handshake
+	closing bool
+	flush   bool
+	abrupt  bool // close without handshake
+	// gone: the reader is returning, or the writer closing: no goroutine may start.
+	gone        bool
+	resume      bool // a resume socket (else a conversation socket); set once
 	closeCode   websocket.StatusCode
 	closeReason string
-	gone        bool          // the handler is returning: no goroutine may start
 	room        chan struct{} // closed when the writer takes frames, for a waiting producer
 	wg          sync.WaitGroup
 	// out is the socket's connection, upgraded through a batchHijacker: the writer sends
@@ -66,12 +69,37 @@ type conn struct {
 	turnCtx   context.Context // values for its turns' agents (Config.TurnContext); nil: none
 }
 
-// newConn returns the socket ws, upgraded through a batchHijacker whose connection is out.
-// out is set before the socket joins the heartbeat wheel, whose pings start the writer.
-func newConn(s *Server, ws *websocket.Conn, out *batchConn, kind metrics.SocketKind, principal string, log *slog.Logger) *conn {
-	c := &conn{srv: s, ws: ws, out: out, kind: kind, principal: principal, log: log}
+// newConn returns the socket ws, upgraded through a batchHijacker whose connection is out,
+// of a client at remote. out is set before the socket joins the heartbeat wheel, whose pings
+// start the writer.
+func newConn(s *Server, ws *websocket.Conn, out *batchConn, kind metrics.SocketKind, principal, remote string) *conn {
+	c := &conn{srv: s, ws: ws, out: out, resume: kind == metrics.SocketResume, principal: principal, remote: remote, log: s.log}
 	c.hb = s.wheel.Add(c)
 	return c
+}
+
+// kind returns the socket's kind.
+func (c *conn) kind() metrics.SocketKind {
+	if c.resume {
+		return metrics.SocketResume
+	}
+	return metrics.SocketConversation
+}
+
+// logAttrs logs msg at level with the socket's attributes (kind and remote), then attrs.
+// The socket holds no logger of its own: With would keep the attributes, formatted, for the
+// socket's life.
+func (c *conn) logAttrs(level slog.Level, msg string, attrs ...slog.Attr) {
+	ctx := context.Background()
+	if !c.log.Enabled(ctx, level) {
+		return
+	}
+	c.log.LogAttrs(ctx, level, msg, append([]slog.Attr{slog.String(keyKind, string(c.kind())), slog.String(keyRemote, c.remote)}, attrs...)...)
+}
+
+// logger returns a logger with the socket's attributes, for a turn or a replay.
+func (c *conn) logger() *slog.Logger {
+	return c.log.With(slog.String(keyKind, string(c.kind())), slog.String(keyRemote, c.remote))
 }
 
 // Deliver queues a turn's frame without blocking (turn.Sink). A frame that does not fit
@@ -84,7 +112,7 @@ func (c *conn) Deliver(data []byte, emitted time.Time) {
 	}
 	if !c.roomLocked(len(data)) {
 		c.srv.cfg.Metrics.FrameDropped(metrics.DropSlowConsumer)
-		c.log.Info("slow consumer", slog.Int(keyQueued, len(c.queue)), slog.Int(keyBytes, c.queued))
+		c.logAttrs(slog.LevelInfo, "slow consumer", slog.Int(keyQueued, len(c.queue)), slog.Int(keyBytes, c.queued))
 		c.requestCloseLocked(StatusSlowConsumer, "slow consumer", false)
 		return
 	}
@@ -171,7 +199,7 @@ func (c *conn) protocolPing() {
 func (c *conn) Expire(r heartbeat.Reason) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.log.Debug("heartbeat close", slog.String(keyReason, r.String()))
+	c.logAttrs(slog.LevelDebug, "heartbeat close", slog.String(keyReason, r.String()))
 	if r == heartbeat.Dead {
 		c.abrupt = true
 		c.requestCloseLocked(websocket.StatusGoingAway, "no pong", false)
@@ -275,14 +303,18 @@ func (c *conn) writeBatch(batch []frame) error {
 	if err != nil {
 		return err
 	}
+	now := time.Now()
 	for _, f := range batch[:n] {
 		if !f.emitted.IsZero() {
-			c.srv.cfg.Metrics.Delivered(time.Since(f.emitted))
+			c.srv.cfg.Metrics.Delivered(now.Sub(f.emitted))
 		}
 	}
 	return nil
 }
 
+// close closes the socket, with a close handshake unless abrupt. The writer calls it once it
+// set gone: the handshake reads the socket's read buffer, which awaitInput looks at only
+// before gone.
 func (c *conn) close(code websocket.StatusCode, reason string, abrupt bool) {
 	if abrupt {
 		c.ws.CloseNow()
@@ -290,7 +322,7 @@ func (c *conn) close(code websocket.StatusCode, reason string, abrupt bool) {
 	}
 	err := c.ws.Close(code, reason)
 	if err != nil && websocket.CloseStatus(err) == -1 {
-		c.log.Debug("close handshake", slog.Int(keyCode, int(code)), slog.String(keyError, err.Error()))
+		c.logAttrs(slog.LevelDebug, "close handshake", slog.Int(keyCode, int(code)), slog.String(keyError, err.Error()))
 	}
 }
 

@@ -81,14 +81,16 @@
 // close handshake (it would not answer one either).
 //
 // Each socket has one reader (a goroutine the Server starts after the upgrade, so that
-// net/http's goroutine and handshake buffers are freed), and one writer goroutine started on
-// demand when a frame is queued, which exits when the queue is empty, and also performs the
-// close. The outbound queue is bounded (Config.QueueSize frames and Config.QueueBytes
-// bytes): on a conversation socket a turn's frame that does not fit closes the socket with
-// 1013 "slow consumer" (the turn goes on into its log; the client resumes from it); a ping
-// that does not fit is dropped and counted; a resume socket's replay waits for room instead
-// (the log is its buffer). Pings, dead-peer detection and idle closes come from one shared
-// heartbeat.Wheel, so an idle socket holds no goroutine, timer or queue besides its reader,
-// and reads through a 512-byte buffer and writes through a 64-byte one. The writer sends each
-// batch of queued frames with one system call per 32 KiB, under one write deadline.
+// net/http's goroutine and handshake buffers are freed; on Unix, over plain TCP, an idle
+// reader waits for input outside coder/websocket with a 2 KiB stack, and a conversation
+// socket's reader moves to a new goroutine after each frame it reads: idle.go), and one writer
+// goroutine started on demand when a frame is queued, which exits when the queue is empty, and
+// also performs the close. The outbound queue is bounded (Config.QueueSize frames and
+// Config.QueueBytes bytes): on a conversation socket a turn's frame that does not fit closes
+// the socket with 1013 "slow consumer" (the turn goes on into its log; the client resumes from
+// it); a ping that does not fit is dropped and counted; a resume socket's replay waits for
+// room instead (the log is its buffer). Pings, dead-peer detection and idle closes come from
+// one shared heartbeat.Wheel, so an idle socket holds no goroutine, timer or queue besides its
+// reader, and reads through a 128-byte buffer and writes through a 64-byte one. The writer
+// sends each batch of queued frames with one system call per 32 KiB, under one write deadline.
 package conversation

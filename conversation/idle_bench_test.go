@@ -2,7 +2,9 @@ package conversation_test
 
 import (
 	"bufio"
+	"bytes"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -21,7 +23,24 @@ import (
 // the figure is the server's side (plus a few hundred bytes of client file descriptor).
 //
 //	go test -run '^$' -bench IdleSocket -benchtime 2000x ./conversation/
-func BenchmarkIdleSocket(b *testing.B) {
+func BenchmarkIdleSocket(b *testing.B) { benchmarkIdle(b, false) }
+
+// BenchmarkIdleSocketUsed is BenchmarkIdleSocket with sockets that each read a text frame
+// (not JSON, dropped) and a protocol ping from their client after the handshake, and sent
+// the pong: a socket idle again after frames should cost the same.
+//
+//	go test -run '^$' -bench IdleSocketUsed -benchtime 2000x ./conversation/
+func BenchmarkIdleSocketUsed(b *testing.B) { benchmarkIdle(b, true) }
+
+// usedFrames are a client's text frame and protocol ping, masked with a zero key, and
+// pongFrame the server's answer to the ping.
+var (
+	usedFrames = []byte{0x81, 0x82, 0, 0, 0, 0, 'h', 'i', 0x89, 0x82, 0, 0, 0, 0, 'h', 'i'}
+	pongFrame  = []byte{0x8a, 0x02, 'h', 'i'}
+)
+
+// benchmarkIdle opens b.N idle sockets; with used, each reads usedFrames first.
+func benchmarkIdle(b *testing.B, used bool) {
 	e := newEnv(b, envOptions{heartbeat: heartbeat.Config{Interval: time.Hour, IdleTimeout: time.Hour}, maxSockets: 1 << 30})
 	addr := strings.TrimPrefix(e.http.URL, "http://")
 	before := memInUse()
@@ -40,9 +59,19 @@ func BenchmarkIdleSocket(b *testing.B) {
 		conns = append(conns, c)
 		fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
 			"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", addr)
-		resp, err := http.ReadResponse(bufio.NewReaderSize(c, 512), nil)
+		br := bufio.NewReaderSize(c, 512)
+		resp, err := http.ReadResponse(br, nil)
 		if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
 			b.Fatalf("handshake = %v, %v", resp, err)
+		}
+		if used {
+			if _, err := c.Write(usedFrames); err != nil {
+				b.Fatalf("frames: %v", err)
+			}
+			pong := make([]byte, len(pongFrame))
+			if _, err := io.ReadFull(br, pong); err != nil || !bytes.Equal(pong, pongFrame) {
+				b.Fatalf("pong = %x, %v; want %x", pong, err, pongFrame)
+			}
 		}
 	}
 	b.StopTimer()

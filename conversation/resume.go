@@ -16,11 +16,10 @@ import (
 // serveResume replays runID's log after offset until the log closes, reading and ignoring
 // inbound frames meanwhile.
 func (c *conn) serveResume(runID, offset string) {
-	c.ws.SetReadLimit(c.srv.cfg.ReadLimit)
 	ctx, cancel := context.WithCancel(context.Background())
 	result := make(chan metrics.ResumeResult, 1)
 	if reason := checkResume(runID, offset); reason != "" {
-		c.log.Debug("resume refused", slog.String(keyReason, reason))
+		c.logAttrs(slog.LevelDebug, "resume refused", slog.String(keyReason, reason))
 		result <- metrics.ResumeBadRequest
 		c.requestClose(websocket.StatusPolicyViolation, reason, false)
 	} else {
@@ -35,11 +34,11 @@ func (c *conn) serveResume(runID, offset string) {
 		}()
 	}
 	for {
-		_, rd, err := c.ws.Reader(ctx)
+		_, rd, err := c.next()
 		if err == nil {
 			_, err = io.Copy(io.Discard, rd)
 		}
-		if err != nil {
+		if err != nil && !errors.Is(err, errParked) {
 			c.logEnd(err)
 			break
 		}
@@ -93,7 +92,7 @@ func (c *conn) replay(ctx context.Context, runID, offset string) metrics.ResumeR
 	send := func(ctx context.Context, off string, ev []byte) error {
 		return c.send(ctx, protocol.AppendEnvelope(nil, off, ev))
 	}
-	r := c.srv.replay(ctx, c.principal, runID, offset, c.log, nil, send)
+	r := c.srv.replay(ctx, c.principal, runID, offset, c.logger(), nil, send)
 	switch r {
 	case metrics.ResumeCompleted:
 		c.requestClose(websocket.StatusNormalClosure, "", true)

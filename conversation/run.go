@@ -1,8 +1,8 @@
 package conversation
 
 import (
-	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"time"
 
@@ -12,25 +12,37 @@ import (
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
-// serveConversation reads frames until the socket closes.
+// serveConversation reads frames until the socket closes, then ends the socket. When its
+// reader parks (idle.go), it reads each frame on a goroutine of its own: after the frame, or
+// a control frame, it hands the reading on to a new goroutine, which waits for the next one
+// with a stack that has not grown, and returns.
 func (c *conn) serveConversation() {
-	defer c.finish()
-	if c.srv.cfg.AbortOnDisconnect {
-		defer c.turns.abortAll()
-	}
-	c.ws.SetReadLimit(c.srv.cfg.ReadLimit)
 	for {
-		typ, data, err := c.ws.Read(context.Background())
-		if err != nil {
+		typ, r, err := c.next()
+		var data []byte
+		if err == nil {
+			data, err = io.ReadAll(r)
+		}
+		switch {
+		case errors.Is(err, errParked): // a control frame was read
+		case err != nil:
 			c.logEnd(err)
+			if c.srv.cfg.AbortOnDisconnect {
+				c.turns.abortAll()
+			}
+			c.finish()
+			c.srv.ended(c)
+			return
+		case typ != websocket.MessageText:
+			c.srv.cfg.Metrics.FrameDropped(metrics.DropBinary)
+		default:
+			c.hb.Touch()
+			c.handle(data)
+		}
+		if c.out.in != nil {
+			go c.serveConversation()
 			return
 		}
-		if typ != websocket.MessageText {
-			c.srv.cfg.Metrics.FrameDropped(metrics.DropBinary)
-			continue
-		}
-		c.hb.Touch()
-		c.handle(data)
 	}
 }
 
@@ -38,11 +50,11 @@ func (c *conn) serveConversation() {
 func (c *conn) logEnd(err error) {
 	switch websocket.CloseStatus(err) {
 	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
-		c.log.Debug("socket closed by peer")
+		c.logAttrs(slog.LevelDebug, "socket closed by peer")
 	case -1:
-		c.log.Debug("socket ended", slog.String(keyError, err.Error()))
+		c.logAttrs(slog.LevelDebug, "socket ended", slog.String(keyError, err.Error()))
 	default:
-		c.log.Info("socket closed by peer", slog.Int(keyCode, int(websocket.CloseStatus(err))))
+		c.logAttrs(slog.LevelInfo, "socket closed by peer", slog.Int(keyCode, int(websocket.CloseStatus(err))))
 	}
 }
 
@@ -52,14 +64,14 @@ func (c *conn) handle(data []byte) {
 	switch {
 	case errors.Is(err, protocol.ErrNotJSON):
 		c.srv.cfg.Metrics.FrameDropped(metrics.DropNotJSON)
-		c.log.Debug("dropped a frame that is not JSON", slog.Int(keyBytes, len(data)))
+		c.logAttrs(slog.LevelDebug, "dropped a frame that is not JSON", slog.Int(keyBytes, len(data)))
 	case err != nil:
 		c.Deliver(protocol.AppendRunError(nil, err.Error(), CodeInvalidInput), time.Time{})
 	case f.Kind == protocol.FrameAbort:
 		c.abort(f.RunID)
 	case f.Kind == protocol.FrameRun:
 		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
-			c.log.Debug("run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
+			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
 			c.Deliver(protocol.AppendRunError(nil, MsgRunFrameRate, CodeLimitExceeded), time.Time{})
 			return
 		}
@@ -81,7 +93,7 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 	s, prev := c.turns.add(in.RunID, c.srv.cfg.EarlyAbortTTL, c.srv.cfg.MaxTurnsPerSocket)
 	if s == nil {
 		c.srv.startWG.Done()
-		c.log.Debug("run frame refused: max-socket-turns", slog.String(keyRunID, in.RunID))
+		c.logAttrs(slog.LevelDebug, "run frame refused: max-socket-turns", slog.String(keyRunID, in.RunID))
 		c.Deliver(protocol.AppendRunError(nil, MsgTooManyTurns, CodeLimitExceeded), time.Time{})
 		return
 	}
@@ -92,7 +104,7 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 // start starts the turn of a run frame through the Server's one turn-starting path, and
 // answers a turn that could not start with its bare RUN_ERROR.
 func (c *conn) start(s, prev *slot, in *protocol.RunAgentInput) {
-	_, failure := c.srv.startTurn(&c.turns, s, prev, c.principal, in, c.turnCtx, c, c.log, func() { c.endSlot(s) })
+	_, failure := c.srv.startTurn(&c.turns, s, prev, c.principal, in, c.turnCtx, c, c.logger(), func() { c.endSlot(s) })
 	if failure != nil {
 		c.Deliver(failure, time.Time{})
 	}

@@ -218,12 +218,14 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("conversation: %w", err)
 	}
 	cfg.Heartbeat = wheel.Config()
+	accept := websocket.AcceptOptions{OriginPatterns: cfg.OriginPatterns}
+	parkOptions(&accept)
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		wheel:    wheel,
-		accept:   websocket.AcceptOptions{OriginPatterns: cfg.OriginPatterns},
+		accept:   accept,
 		ctx:      ctx,
 		cancel:   cancel,
 		conns:    make(map[*conn]struct{}),
@@ -278,7 +280,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.connWG.Done()
 		return // Accept answered the request
 	}
-	c := newConn(s, ws, hj.conn, kind, principal, s.log.With(slog.String(keyKind, string(kind)), slog.String(keyRemote, r.RemoteAddr)))
+	c := newConn(s, ws, hj.conn, kind, principal, r.RemoteAddr)
 	if kind == metrics.SocketConversation {
 		c.turnCtx = s.turnContext(r)
 	}
@@ -304,20 +306,28 @@ func (s *Server) turnContext(r *http.Request) context.Context {
 	return s.cfg.TurnContext(r)
 }
 
-// serve runs a socket's reader until the socket closes. Shutdown waits for it.
+// serve runs a socket's reader until the socket closes, then forgets the socket (ended).
+// Shutdown waits for it. A conversation socket's reader goes on from goroutine to goroutine
+// (serveConversation), and the last one calls ended.
 func (s *Server) serve(c *conn, runID, offset string) {
-	defer s.connWG.Done()
-	s.cfg.Metrics.SocketOpened(c.kind)
-	defer s.cfg.Metrics.SocketClosed(c.kind)
-	if c.kind == metrics.SocketResume {
+	s.cfg.Metrics.SocketOpened(c.kind())
+	c.ws.SetReadLimit(s.cfg.ReadLimit)
+	if c.resume {
 		c.serveResume(runID, offset)
-	} else {
-		c.serveConversation()
+		s.ended(c)
+		return
 	}
+	c.serveConversation()
+}
+
+// ended forgets a socket whose reader stopped; it is the reader's last step.
+func (s *Server) ended(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.release(c.principal)
+	s.cfg.Metrics.SocketClosed(c.kind())
+	s.connWG.Done()
 }
 
 // MsgTooManySockets is the body of the 429 answer to a principal over
