@@ -71,7 +71,7 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON instead of a table")
 	fs.IntVar(&c.MaxResumes, "max-resumes", 20, "resumes allowed per turn before it is an error")
 	fs.IntVar(&c.ReadLimitMiB, "read-limit-mib", 1, "largest frame accepted, in MiB")
-	fs.BoolVar(&c.Timestamps, "timestamps", true, "ask the agent to timestamp its events (forwardedProps.demo.timestamps) and measure their latency from emit to receipt")
+	fs.BoolVar(&c.Timestamps, "timestamps", false, "ask the agent to timestamp its events (forwardedProps.demo.timestamps) and measure their latency from emit to receipt")
 	fs.DurationVar(&c.Stagger, "stagger", 0, "spread the active sockets' first run frames evenly over this long (0: all at once)")
 	if err := fs.Parse(args); err != nil {
 		return c, err

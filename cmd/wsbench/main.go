@@ -23,9 +23,10 @@
 // errors and memory, as a table or, with --json, as one JSON object. A progress line goes to
 // stderr every --progress.
 //
-// Latency: run frames ask for forwardedProps.demo.timestamps (unless --timestamps=false), so the
-// agent stamps every event with the milliseconds since the epoch at its emit, and each agent
-// event that carries a numeric AG-UI timestamp is measured from it to the moment its frame was
+// Latency: with --timestamps, run frames ask for forwardedProps.demo.timestamps, so the agent
+// stamps every event with the milliseconds since the epoch at its emit (off by default: it
+// costs the servers, the reference one most), and each agent event that carries a numeric
+// AG-UI timestamp is measured from it to the moment its frame was
 // read, before it is decoded ("event latency"; AG-UI 1.0 timestamps are whole milliseconds,
 // rounded down at the emit, so this over-estimates by less than one millisecond). The first
 // event of every turn is measured from the moment its run frame was written ("first-event

@@ -153,7 +153,7 @@ func TestLoadGateway(t *testing.T) {
 	gw := startProcess(t, "gateway", buildGateway(t), "serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(),
 		"--log-format", "json", "--log-level", "info", "--drain-timeout", "2s")
 	const sockets, turns, tokens = 20, 2, 20
-	code, out, errOut := wsbenchRun(t, "--url", "ws://"+gw.addr+"/ws", "--pid", strconv.Itoa(gw.pid),
+	code, out, errOut := wsbenchRun(t, "--url", "ws://"+gw.addr+"/ws", "--pid", strconv.Itoa(gw.pid), "--timestamps",
 		"--metrics-url", "http://"+gw.addr+"/metrics", "--sockets", strconv.Itoa(sockets), "--turns", strconv.Itoa(turns),
 		"--tokens", strconv.Itoa(tokens), "--interval-ms", "1", "--drop", "0.03", "--replay", "2",
 		"--idle-settle", "100ms", "--progress", "0", "--json")
@@ -183,7 +183,7 @@ func TestLoadReference(t *testing.T) {
 	}
 	ref := startProcess(t, "reference", node, filepath.Join(root, "bench", "reference-server.mjs"), "--addr", "127.0.0.1:0")
 	const sockets, turns, tokens = 20, 2, 20
-	code, out, errOut := wsbenchRun(t, "--url", "ws://"+ref.addr+"/ws", "--pid", strconv.Itoa(ref.pid),
+	code, out, errOut := wsbenchRun(t, "--url", "ws://"+ref.addr+"/ws", "--pid", strconv.Itoa(ref.pid), "--timestamps",
 		"--sockets", strconv.Itoa(sockets), "--turns", strconv.Itoa(turns), "--tokens", strconv.Itoa(tokens),
 		"--interval-ms", "0", "--replay", "2", "--idle-settle", "100ms", "--progress", "0", "--json")
 	if code != 0 {
@@ -224,7 +224,7 @@ func TestLoadFindsGap(t *testing.T) {
 		c.Read(r.Context()) // until the client closes
 	}))
 	t.Cleanup(srv.Close)
-	code, out, errOut := wsbenchRun(t, "--url", "ws"+strings.TrimPrefix(srv.URL, "http"), "--sockets", "2",
+	code, out, errOut := wsbenchRun(t, "--url", "ws"+strings.TrimPrefix(srv.URL, "http"), "--sockets", "2", "--timestamps",
 		"--tokens", "3", "--idle-settle", "0s", "--progress", "0", "--json")
 	if code != 1 {
 		t.Fatalf("wsbench exit %d, want 1\n%s\n%s", code, out, errOut)
