@@ -58,7 +58,7 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.IntVar(&c.Active, "active", -1, "sockets that stream turns (default: all); the others stay idle")
 	fs.IntVar(&c.Turns, "turns", 1, "turns per active socket, one after the other")
 	fs.IntVar(&c.Tokens, "tokens", 200, "content deltas per turn (forwardedProps.demo.tokens)")
-	fs.IntVar(&c.IntervalMs, "interval-ms", 0, "pause between two events of a turn (forwardedProps.demo.intervalMs)")
+	fs.IntVar(&c.IntervalMs, "interval-ms", 0, "time between two events of a turn (forwardedProps.demo.intervalMs)")
 	fs.Float64Var(&c.Drop, "drop", 0, "probability, per received event, of cutting the socket and resuming from the last offset")
 	fs.IntVar(&c.SourceIPs, "source-ips", 1, "dial from this many loopback addresses 127.0.0.1… (many sockets need several)")
 	fs.IntVar(&c.Dialers, "dialers", 32, "sockets dialed at once")
