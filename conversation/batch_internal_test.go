@@ -49,8 +49,8 @@ func startBatchSocket(t *testing.T, writeTimeout time.Duration) *batchSocket {
 		}
 		count := &countingConn{Conn: hj.conn.Conn}
 		hj.conn.Conn = count // before the first write of the socket
-		srv := &Server{cfg: Config{WriteTimeout: writeTimeout, QueueSize: 1 << 20, QueueBytes: 1 << 30}}
-		c := &conn{srv: srv, ws: ws, log: slog.New(slog.DiscardHandler), out: hj.conn}
+		srv := &Server{cfg: Config{WriteTimeout: writeTimeout, QueueSize: 1 << 20, QueueBytes: 1 << 30}, log: slog.New(slog.DiscardHandler)}
+		c := &conn{srv: srv, ws: ws, out: hj.conn}
 		c.wg.Add(1)
 		go func() { // the socket's reader
 			defer c.wg.Done()

@@ -38,7 +38,6 @@ type frame struct {
 type conn struct {
 	srv       *Server
 	ws        *websocket.Conn
-	log       *slog.Logger // the Server's: lines add the socket's attributes (logAttrs)
 	principal string
 	remote    string // the client's address, for log lines
 	hb        *heartbeat.Entry
@@ -73,7 +72,7 @@ type conn struct {
 // of a client at remote. out is set before the socket joins the heartbeat wheel, whose pings
 // start the writer.
 func newConn(s *Server, ws *websocket.Conn, out *batchConn, kind metrics.SocketKind, principal, remote string) *conn {
-	c := &conn{srv: s, ws: ws, out: out, resume: kind == metrics.SocketResume, principal: principal, remote: remote, log: s.log}
+	c := &conn{srv: s, ws: ws, out: out, resume: kind == metrics.SocketResume, principal: principal, remote: remote}
 	c.hb = s.wheel.Add(c)
 	return c
 }
@@ -91,15 +90,19 @@ func (c *conn) kind() metrics.SocketKind {
 // socket's life.
 func (c *conn) logAttrs(level slog.Level, msg string, attrs ...slog.Attr) {
 	ctx := context.Background()
-	if !c.log.Enabled(ctx, level) {
-		return
+	if log := c.srv.log; log.Enabled(ctx, level) {
+		log.LogAttrs(ctx, level, msg, append(c.attrs(), attrs...)...)
 	}
-	c.log.LogAttrs(ctx, level, msg, append([]slog.Attr{slog.String(keyKind, string(c.kind())), slog.String(keyRemote, c.remote)}, attrs...)...)
 }
 
 // logger returns a logger with the socket's attributes, for a turn or a replay.
 func (c *conn) logger() *slog.Logger {
-	return c.log.With(slog.String(keyKind, string(c.kind())), slog.String(keyRemote, c.remote))
+	return slog.New(c.srv.log.Handler().WithAttrs(c.attrs()))
+}
+
+// attrs returns the socket's log attributes.
+func (c *conn) attrs() []slog.Attr {
+	return []slog.Attr{slog.String(keyKind, string(c.kind())), slog.String(keyRemote, c.remote)}
 }
 
 // Deliver queues a turn's frame without blocking (turn.Sink). A frame that does not fit
