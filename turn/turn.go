@@ -47,6 +47,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wsgateway/wsgateway/metrics"
@@ -183,8 +184,10 @@ type Turn struct {
 	log    *slog.Logger
 	stopCh chan stopReason // buffered 1: the first stop request wins
 	failCh chan error      // buffered 1: the first log failure
-	// activity is signalled (buffered 1, never blocking) by every emit, for the idle timer.
-	activity chan struct{}
+	// lastEmit is when the agent last emitted (nanoseconds since born), for the idle timer:
+	// the timer reads it when it fires instead of being reset by every emit.
+	lastEmit atomic.Int64
+	born     time.Time
 	done     chan struct{}
 
 	sinkMu sync.Mutex
@@ -222,14 +225,14 @@ func Start(cfg Config) (*Turn, error) {
 		cfg.CloseTimeout = DefaultCloseTimeout
 	}
 	t := &Turn{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		stopCh:   make(chan stopReason, 1),
-		failCh:   make(chan error, 1),
-		activity: make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		sink:     cfg.Sink,
-		pipe:     protocol.NewPipeline(protocol.PipelineOptions{Upgrade: true}),
+		cfg:    cfg,
+		log:    cfg.Logger,
+		stopCh: make(chan stopReason, 1),
+		failCh: make(chan error, 1),
+		born:   time.Now(),
+		done:   make(chan struct{}),
+		sink:   cfg.Sink,
+		pipe:   protocol.NewPipeline(protocol.PipelineOptions{Upgrade: true}),
 	}
 	cfg.Metrics.TurnStarted()
 	go t.drive()
@@ -329,10 +332,7 @@ func (t *Turn) emit(data []byte) error {
 	if t.stopped {
 		return ErrStopped
 	}
-	select {
-	case t.activity <- struct{}{}:
-	default:
-	}
+	t.lastEmit.Store(int64(emitted.Sub(t.born)))
 	if err := t.checkLimits(len(data)); err != nil {
 		t.stopped = true
 		t.limit = err
@@ -449,15 +449,20 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 		<-agentDone
 		return violation
 	}
-	// A silent agent (a hung upstream) would hold the turn forever: every emit restarts the
-	// idle timer.
+	// A silent agent (a hung upstream) would hold the turn forever: the idle timer ends the
+	// turn once no event came for IdleTimeout. An emit does not touch the timer (that would
+	// wake this goroutine for every event); when it fires, it waits again for what is left
+	// since the last emit.
+	t.lastEmit.Store(int64(time.Since(t.born)))
 	idle := time.NewTimer(t.cfg.Limits.IdleTimeout)
 	defer idle.Stop()
 	for {
 		select {
-		case <-t.activity:
-			idle.Reset(t.cfg.Limits.IdleTimeout)
 		case <-idle.C:
+			if left := t.cfg.Limits.IdleTimeout - (time.Since(t.born) - time.Duration(t.lastEmit.Load())); left > 0 {
+				idle.Reset(left)
+				continue
+			}
 			stopAgent()
 			msg := fmt.Sprintf("the agent emitted no event for %v (agent-idle-timeout)", t.cfg.Limits.IdleTimeout)
 			t.log.Info("agent silent", slog.String(keyError, msg))
