@@ -148,6 +148,8 @@ func (s *Store) jsSettled(ctx context.Context) bool {
 // reapRun appends the producer_lost terminal and the close record to the run's log, fenced
 // by the subject's last sequence so that the dead producer's later appends fail.
 func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error {
+	var a *acks
+	defer func() { a.close() }()
 	for attempt := 0; attempt < 5; attempt++ {
 		e, err := s.meta.Get(ctx, key)
 		if errors.Is(err, natsjs.ErrKeyNotFound) {
@@ -185,14 +187,19 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 			return nil
 		}
 		id := fmt.Sprintf("reap.%s.%d.%d", key, info.Generation, last)
-		seq, err := s.publishAfter(ctx, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{producerLost}), "")
+		if a == nil {
+			if a, err = s.newAcks(); err != nil {
+				return err
+			}
+		}
+		seq, err := s.publishAfter(ctx, a, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{producerLost}), "")
 		if errors.Is(err, ErrFenced) {
 			continue
 		}
 		if err != nil {
 			return err
 		}
-		if _, err := s.publishAfter(ctx, subject, info.Generation, seq, id+".close", nil, ctlClose); errors.Is(err, ErrFenced) {
+		if _, err := s.publishAfter(ctx, a, subject, info.Generation, seq, id+".close", nil, ctlClose); errors.Is(err, ErrFenced) {
 			continue
 		} else if err != nil {
 			return err

@@ -3,11 +3,14 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	nats "github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 func TestAppendReadClose(t *testing.T) {
@@ -468,7 +471,12 @@ func TestPublishRetry(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	ctx := context.Background()
 	subject := s.cfg.SubjectPrefix + ".retry"
-	first, err := s.publishAfter(ctx, subject, 1, 0, "id-1", []byte("a"), "")
+	a, err := s.newAcks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	first, err := s.publishAfter(ctx, a, subject, 1, 0, "id-1", []byte("a"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -476,17 +484,17 @@ func TestPublishRetry(t *testing.T) {
 	// publish is refused as a wrong last sequence (or, were the order reversed, acknowledged
 	// as a duplicate of the first); either way it is not stored twice, and storedLast, which
 	// publishAfter consults when a retry is refused, finds the first store.
-	again, err := s.publishAfter(ctx, subject, 1, 0, "id-1", []byte("a"), "")
+	again, err := s.publishAfter(ctx, a, subject, 1, 0, "id-1", []byte("a"), "")
 	if !(err == nil && again == first) && !errors.Is(err, ErrFenced) {
 		t.Fatalf("repeat of id-1 = %d, %v; want %d or ErrFenced", again, err, first)
 	}
 	if seq, ok := s.storedLast(ctx, subject, "id-1"); !ok || seq != first {
 		t.Fatalf("storedLast(id-1) = %d, %v; want %d, true", seq, ok, first)
 	}
-	if _, err := s.publishAfter(ctx, subject, 1, 0, "id-2", []byte("b"), ""); !errors.Is(err, ErrFenced) {
+	if _, err := s.publishAfter(ctx, a, subject, 1, 0, "id-2", []byte("b"), ""); !errors.Is(err, ErrFenced) {
 		t.Fatalf("publish expecting an empty subject = %v, want ErrFenced", err)
 	}
-	second, err := s.publishAfter(ctx, subject, 1, first, "id-2", []byte("b"), "")
+	second, err := s.publishAfter(ctx, a, subject, 1, first, "id-2", []byte("b"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,6 +504,55 @@ func TestPublishRetry(t *testing.T) {
 	info, err := s.stream.Info(ctx)
 	if err != nil || info.State.Msgs != 2 || second != first+1 {
 		t.Fatalf("stream holds %d messages (seqs %d, %d), want 2 consecutive", info.State.Msgs, first, second)
+	}
+}
+
+// TestAcks checks the answers a publisher waits for: a subject no stream stores is refused
+// with no responders, an attempt given up on does not lend its late answer to the next one,
+// and a refusal comes back as JetStream's error.
+func TestAcks(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	a, err := s.newAcks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.close()
+	msg := func(subject string) *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Data = []byte("x")
+		return m
+	}
+	if _, err := a.publish(ctx, msg("nowhere.acks"), 5*time.Second); !errors.Is(err, nats.ErrNoResponders) {
+		t.Fatalf("publish to a subject no stream stores = %v, want ErrNoResponders", err)
+	}
+	subject := s.cfg.SubjectPrefix + ".acks"
+	// An attempt that gave up (a zero timeout) may be answered later, while the next attempt
+	// waits: such an answer, here one that names a sequence never stored, must not be taken
+	// for the next attempt's.
+	if _, err := a.publish(ctx, msg(subject), 0); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		t.Fatal(err)
+	}
+	if err := s.nc.Publish(a.inbox+"."+strconv.FormatUint(a.n, 10), []byte(`{"stream":"x","seq":999999}`)); err != nil {
+		t.Fatal(err)
+	}
+	seq, err := a.publish(ctx, msg(subject), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	if err != nil || last.Sequence != seq {
+		t.Fatalf("acknowledged sequence %d, last stored %v (%v)", seq, last, err)
+	}
+	m := msg(subject)
+	m.Header.Set(natsjs.ExpectedLastSubjSeqHeader, "1")
+	if _, err := a.publish(ctx, m, 5*time.Second); !isWrongLastSeq(err) {
+		t.Fatalf("publish expecting a wrong last sequence = %v, want JetStream's refusal", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := a.publish(cctx, msg(subject), 5*time.Second); !errors.Is(err, context.Canceled) {
+		t.Fatalf("publish with a canceled context = %v, want context.Canceled", err)
 	}
 }
 

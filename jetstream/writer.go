@@ -56,6 +56,8 @@ type Writer struct {
 	tag      string
 	msgIDPre string
 
+	acks *acks // the answers to this writer's publishes, one publish at a time
+
 	lost     chan struct{}
 	lostOnce sync.Once
 	done     chan struct{} // closed when loop returns
@@ -161,6 +163,11 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 		leaseRev: leaseRev,
 		metaRev:  metaRev,
 	}
+	a, err := s.newAcks()
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	w.acks = a
 	// The open record expects an empty subject, and every later publish the previous one's
 	// sequence: writers of older generations are fenced out. A resubmit first purges the
 	// older generation's events; a new run's subject is empty unless events outlived their
@@ -168,6 +175,7 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	for purged := false; ; purged = true {
 		if existed || purged {
 			if err := s.stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
+				a.close()
 				return nil, fmt.Errorf("create: purge: %w", err)
 			}
 		}
@@ -176,12 +184,14 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 			break
 		}
 		if !errors.Is(err, ErrFenced) || existed || purged {
+			a.close()
 			return nil, fmt.Errorf("create: %w", err)
 		}
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
+		a.close()
 		return nil, ErrClosed
 	}
 	s.writers[w] = struct{}{}
@@ -310,7 +320,7 @@ func (w *Writer) loop() {
 func (w *Writer) publish(ctx context.Context, body []byte, ctl string) (uint64, error) {
 	w.batches++
 	id := w.msgIDPre + strconv.FormatUint(w.batches, 10)
-	seq, err := w.s.publishAfter(ctx, w.subject, w.info.Generation, w.lastSeq, id, body, ctl)
+	seq, err := w.s.publishAfter(ctx, w.acks, w.subject, w.info.Generation, w.lastSeq, id, body, ctl)
 	if err != nil {
 		return 0, err
 	}
@@ -321,22 +331,21 @@ func (w *Writer) publish(ctx context.Context, body []byte, ctl string) (uint64, 
 // publishAfter publishes body (or the control record ctl) to subject, expecting after as the
 // subject's last sequence, and returns the stored sequence. ErrFenced means another writer
 // stored after `after`.
-func (s *Store) publishAfter(ctx context.Context, subject string, gen, after uint64, id string, body []byte, ctl string) (uint64, error) {
+func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, after uint64, id string, body []byte, ctl string) (uint64, error) {
 	msg := nats.NewMsg(subject)
 	msg.Header.Set(hdrGen, strconv.FormatUint(gen, 10))
 	if ctl != "" {
 		msg.Header.Set(hdrCtl, ctl)
 	}
+	msg.Header.Set(natsjs.MsgIDHeader, id)
+	msg.Header.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
 	msg.Data = body
 	deadline := time.Now().Add(s.cfg.DedupWindow - s.cfg.PublishTimeout)
 	backoff := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
-		ack, err := s.js.PublishMsg(actx, msg, natsjs.WithMsgID(id),
-			natsjs.WithExpectLastSequencePerSubject(after), natsjs.WithRetryAttempts(0))
-		cancel()
+		seq, err := a.publish(ctx, msg, s.cfg.PublishTimeout)
 		if err == nil {
-			return ack.Sequence, nil
+			return seq, nil
 		}
 		if isWrongLastSeq(err) {
 			if attempt > 0 {
@@ -419,6 +428,7 @@ func (w *Writer) finish(ctx context.Context) error {
 		return fmt.Errorf("close %s: %w", w.info.RunID, ctx.Err())
 	}
 	defer w.s.forget(w)
+	defer w.acks.close()
 	if err := w.Err(); err != nil {
 		return fmt.Errorf("close %s: %w", w.info.RunID, err)
 	}

@@ -1,0 +1,91 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strconv"
+	"time"
+
+	nats "github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// acks receives the acknowledgements of one publisher's messages on an inbox of its own. The
+// connection's reader puts each answer straight into a channel: no request multiplexer, no
+// goroutine between the reader and the publisher, no context or timer made per publish (a
+// run's writer publishes one event at a time when its agent is slow, and every hand-off
+// shows in the delivery latency). It is not safe for concurrent use: a writer publishes one
+// message at a time.
+type acks struct {
+	nc    *nats.Conn
+	inbox string
+	ch    chan *nats.Msg // a few answers of attempts given up on fit before the current one
+	sub   *nats.Subscription
+	n     uint64 // attempts sent: attempt k is answered on inbox.k
+	timer *time.Timer
+}
+
+// pubAck is JetStream's answer to a publish.
+type pubAck struct {
+	Error    *natsjs.APIError `json:"error,omitempty"`
+	Sequence uint64           `json:"seq"`
+}
+
+// newAcks subscribes to a new inbox. Close releases it.
+func (s *Store) newAcks() (*acks, error) {
+	a := &acks{nc: s.nc, inbox: s.nc.NewInbox(), ch: make(chan *nats.Msg, 8)}
+	sub, err := s.nc.ChanSubscribe(a.inbox+".*", a.ch)
+	if err != nil {
+		return nil, fmt.Errorf("acknowledgement inbox: %w", err)
+	}
+	a.sub = sub
+	return a, nil
+}
+
+// publish sends msg and waits up to timeout for its acknowledgement, returning the stored
+// sequence. Errors are JetStream's refusals (*natsjs.APIError), nats.ErrNoResponders,
+// nats.ErrTimeout, the connection's publish errors or ctx's.
+func (a *acks) publish(ctx context.Context, msg *nats.Msg, timeout time.Duration) (uint64, error) {
+	a.n++
+	msg.Reply = a.inbox + "." + strconv.FormatUint(a.n, 10)
+	if err := a.nc.PublishMsg(msg); err != nil {
+		return 0, err
+	}
+	if a.timer == nil {
+		a.timer = time.NewTimer(timeout)
+	} else {
+		a.timer.Reset(timeout)
+	}
+	defer a.timer.Stop()
+	for {
+		select {
+		case m := <-a.ch:
+			if m.Subject != msg.Reply {
+				continue // the late answer of an attempt given up on
+			}
+			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
+				return 0, nats.ErrNoResponders
+			}
+			var ack pubAck
+			if err := json.Unmarshal(m.Data, &ack); err != nil {
+				return 0, fmt.Errorf("publish acknowledgement: %w", err)
+			}
+			if ack.Error != nil {
+				return 0, ack.Error
+			}
+			return ack.Sequence, nil
+		case <-a.timer.C:
+			return 0, nats.ErrTimeout
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+	}
+}
+
+// close unsubscribes the inbox.
+func (a *acks) close() {
+	if a != nil {
+		a.sub.Unsubscribe()
+	}
+}
