@@ -1,8 +1,12 @@
 package jetstream
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -55,27 +59,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 	for _, n := range nodes {
 		urls = append(urls, n.ClientURL())
 	}
-	cfg := testConfig(t)
-	cfg.URLs = strings.Join(urls, ",")
-	cfg.Replicas = 3
-	cfg.LeaseTTL = 30 * time.Second
-	cfg.DedupWindow = 60 * time.Second
-	var s *Store
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		var err error
-		s, err = Open(ctx, cfg)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("Open on the cluster: %v", err)
-		}
-		time.Sleep(500 * time.Millisecond)
-	}
-	t.Cleanup(func() { s.Close() })
+	s := openClusterStore(t, strings.Join(urls, ","))
 	ctx := context.Background()
 	w, err := s.Create(ctx, "alice", "replicated", "t")
 	if err != nil {
@@ -143,4 +127,529 @@ func TestClusterLeaderLoss(t *testing.T) {
 		want = append(want, event("replicated", i))
 	}
 	checkEntries(t, "log after leader loss", readAll(t, r), want, m.offsets)
+}
+
+// faultCluster is a 3-node cluster whose nodes are reached only through loopback proxies (the
+// client ports, and the route ports the nodes advertise to each other), so that a test can
+// crash a node the way kill -9 does: every connection to it ends at once, and the others learn
+// of its loss only from their timeouts, with none of the notices a Shutdown sends (its pull
+// consumers' requests ended, its raft leaderships handed over, its departure announced).
+type faultCluster struct {
+	nodes  []*server.Server
+	client []*proxy // in front of each node's client port
+	route  []*proxy // in front of each node's route port
+	mu     sync.Mutex
+	dead   map[string]bool // server IDs of the crashed nodes
+}
+
+// startFaultCluster starts a faultCluster and waits until JetStream has a meta leader.
+func startFaultCluster(tb testing.TB) *faultCluster {
+	tb.Helper()
+	fc := &faultCluster{dead: map[string]bool{}}
+	var routes []string
+	for i := range 3 {
+		fc.client = append(fc.client, startProxy(tb, nil))
+		fc.route = append(fc.route, startProxy(tb, fc.isDead))
+		routes = append(routes, "nats-route://"+fc.route[i].addr())
+	}
+	for i := range 3 {
+		n := startServer(tb, server.Options{
+			ServerName:      fmt.Sprintf("n%d", i+1),
+			ClientAdvertise: fc.client[i].addr(),
+			StoreDir:        tb.TempDir(),
+			Cluster: server.ClusterOpts{Name: "wsgateway-test", Host: "127.0.0.1", Port: server.RANDOM_PORT,
+				Advertise: fc.route[i].addr()},
+			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+		fc.nodes = append(fc.nodes, n)
+		fc.client[i].setTarget(strings.TrimPrefix(n.ClientURL(), "nats://"))
+		fc.route[i].setTarget(n.ClusterAddr().String())
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready := 0
+		for _, n := range fc.nodes {
+			if n.JetStreamIsClustered() && n.JetStreamIsCurrent() {
+				ready++
+			}
+		}
+		if ready == len(fc.nodes) {
+			return fc
+		}
+		if time.Now().After(deadline) {
+			tb.Fatal("cluster: no JetStream meta leader after 30s")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// urls returns the client URLs of the nodes, comma-separated.
+func (fc *faultCluster) urls() string {
+	var urls []string
+	for _, p := range fc.client {
+		urls = append(urls, "nats://"+p.addr())
+	}
+	return strings.Join(urls, ",")
+}
+
+// crash cuts node i off: its connections end, and it can make no new one. It keeps running,
+// alone, until the test ends.
+func (fc *faultCluster) crash(i int) {
+	fc.mu.Lock()
+	fc.dead[fc.nodes[i].ID()] = true
+	fc.mu.Unlock()
+	fc.client[i].cut()
+	fc.route[i].cut()
+	for _, p := range fc.route {
+		p.dropDead()
+	}
+}
+
+// isDead says whether a route connection comes from a crashed node, by the server ID in the
+// CONNECT it opens with.
+func (fc *faultCluster) isDead(first []byte) bool {
+	fc.mu.Lock()
+	defer fc.mu.Unlock()
+	for id := range fc.dead {
+		if strings.Contains(string(first), `"name":"`+id+`"`) {
+			return true
+		}
+	}
+	return false
+}
+
+// proxy forwards the TCP connections it accepts to a target, set once known.
+type proxy struct {
+	ln     net.Listener
+	target string
+	ready  chan struct{} // closed once target is set
+	gone   chan struct{} // closed by cut
+	once   sync.Once
+	// dead, when set, says from the first line a connection sends whether to drop it.
+	dead   func(first []byte) bool
+	mu     sync.Mutex
+	conns  map[*proxyConn]struct{}
+	cutAll bool
+	wg     sync.WaitGroup
+}
+
+type proxyConn struct {
+	in, out net.Conn
+	first   []byte // the first line in sent, once read
+}
+
+func (c *proxyConn) close() {
+	c.in.Close()
+	c.out.Close()
+}
+
+func startProxy(tb testing.TB, dead func([]byte) bool) *proxy {
+	tb.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	p := &proxy{ln: ln, ready: make(chan struct{}), gone: make(chan struct{}), dead: dead, conns: map[*proxyConn]struct{}{}}
+	p.wg.Add(1)
+	go p.accept()
+	tb.Cleanup(func() {
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *proxy) setTarget(target string) {
+	p.target = target
+	close(p.ready)
+}
+
+func (p *proxy) addr() string { return p.ln.Addr().String() }
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		in, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		select {
+		case <-p.ready:
+		case <-p.gone:
+			in.Close()
+			return
+		}
+		out, err := net.Dial("tcp", p.target)
+		if err != nil {
+			in.Close()
+			continue
+		}
+		c := &proxyConn{in: in, out: out}
+		p.mu.Lock()
+		if p.cutAll {
+			p.mu.Unlock()
+			c.close()
+			continue
+		}
+		p.conns[c] = struct{}{}
+		p.wg.Add(2)
+		p.mu.Unlock()
+		go p.forward(c)
+		go func() {
+			defer p.wg.Done()
+			io.Copy(in, out)
+			p.remove(c)
+		}()
+	}
+}
+
+// forward copies what c's client sends, after checking its first line.
+func (p *proxy) forward(c *proxyConn) {
+	defer p.wg.Done()
+	defer p.remove(c)
+	br := bufio.NewReader(c.in)
+	first, err := br.ReadSlice('\n')
+	if err != nil {
+		return
+	}
+	p.mu.Lock()
+	c.first = append([]byte(nil), first...)
+	drop := p.dead != nil && p.dead(c.first)
+	p.mu.Unlock()
+	if drop {
+		return
+	}
+	if _, err := c.out.Write(first); err != nil {
+		return
+	}
+	io.Copy(c.out, br)
+}
+
+func (p *proxy) remove(c *proxyConn) {
+	c.close()
+	p.mu.Lock()
+	delete(p.conns, c)
+	p.mu.Unlock()
+}
+
+// cut ends every connection and refuses new ones.
+func (p *proxy) cut() {
+	p.mu.Lock()
+	p.cutAll = true
+	conns := p.conns
+	p.conns = map[*proxyConn]struct{}{}
+	p.mu.Unlock()
+	p.once.Do(func() { close(p.gone) })
+	p.ln.Close()
+	for c := range conns {
+		c.close()
+	}
+}
+
+// dropDead ends the connections whose first line p.dead refuses.
+func (p *proxy) dropDead() {
+	p.mu.Lock()
+	var drop []*proxyConn
+	for c := range p.conns {
+		if c.first != nil && p.dead != nil && p.dead(c.first) {
+			drop = append(drop, c)
+		}
+	}
+	p.mu.Unlock()
+	for _, c := range drop {
+		c.close()
+	}
+}
+
+// openClusterStore opens a store on a cluster with replicas 3, retrying while the cluster
+// settles.
+func openClusterStore(t *testing.T, urls string) *Store {
+	t.Helper()
+	cfg := testConfig(t)
+	cfg.URLs = urls
+	cfg.Replicas = 3
+	cfg.LeaseTTL = 30 * time.Second
+	cfg.DedupWindow = 60 * time.Second
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		s, err := Open(ctx, cfg)
+		cancel()
+		if err == nil {
+			t.Cleanup(func() { s.Close() })
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Open on the cluster: %v", err)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// follower reads a Reader in the background, keeping what it returned.
+type follower struct {
+	r       *Reader
+	mu      sync.Mutex
+	entries []Entry
+	err     error         // what ended Next
+	done    chan struct{} // closed when Next returned an error
+	ended   time.Time     // when
+}
+
+func startFollower(r *Reader) *follower {
+	f := &follower{r: r, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		for {
+			e, err := r.Next(context.Background())
+			f.mu.Lock()
+			if err != nil {
+				f.err, f.ended = err, time.Now()
+				f.mu.Unlock()
+				return
+			}
+			f.entries = append(f.entries, e)
+			f.mu.Unlock()
+		}
+	}()
+	return f
+}
+
+func (f *follower) got() []Entry {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]Entry(nil), f.entries...)
+}
+
+// stop closes the reader and waits for Next to return.
+func (f *follower) stop() {
+	f.r.Close()
+	<-f.done
+}
+
+// onNode returns how many consumers of s's stream live on the node named name.
+func onNode(t *testing.T, s *Store, name string) int {
+	t.Helper()
+	n := 0
+	consumers := s.stream.ListConsumers(context.Background())
+	for c := range consumers.Info() {
+		if c.Cluster != nil && c.Cluster.Leader == name {
+			n++
+		}
+	}
+	if err := consumers.Err(); err != nil {
+		t.Fatalf("listing consumers: %v", err)
+	}
+	return n
+}
+
+// streamLeader returns the index of the node leading s's stream.
+func streamLeader(t *testing.T, s *Store, fc *faultCluster) int {
+	t.Helper()
+	info, err := s.stream.Info(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range fc.nodes {
+		if n.Name() == info.Cluster.Leader {
+			return i
+		}
+	}
+	t.Fatalf("stream leader %q is none of the nodes", info.Cluster.Leader)
+	return -1
+}
+
+// TestClusterReaderLeaderCrash crashes the node leading the stream, the one the store is
+// connected to, not the meta leader (as kill -9 does: no notice of its end reaches the
+// others), while readers follow an open log and its writer keeps appending. Readers are opened until several have
+// their consumer on that node. Every reader returns every event once, in order, within a
+// bound well under the time the cluster takes to declare a silent node gone (150s: five
+// missed 30s statistics heartbeats).
+func TestClusterReaderLeaderCrash(t *testing.T) {
+	fc := startFaultCluster(t)
+	// A first store creates the stream, whose leader is moved off the meta leader; the
+	// test's store connects to the stream leader (and learns the other nodes from it, to
+	// reconnect to).
+	s0 := openClusterStore(t, fc.urls())
+	leader := streamLeader(t, s0, fc)
+	for attempt := 0; fc.nodes[leader].Name() == metaLeader(fc); attempt++ {
+		if attempt == 5 {
+			t.Fatal("the stream leader stays the meta leader")
+		}
+		if _, err := s0.nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+s0.cfg.Stream, nil, 10*time.Second); err != nil {
+			t.Fatalf("stream leader stepdown: %v", err)
+		}
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			if info, err := s0.stream.Info(context.Background()); err == nil && info.Cluster.Leader != "" &&
+				info.Cluster.Leader != fc.nodes[leader].Name() {
+				break
+			}
+		}
+		leader = streamLeader(t, s0, fc)
+	}
+	s := openClusterStore(t, "nats://"+fc.client[leader].addr())
+	if got, want := s.nc.ConnectedServerName(), fc.nodes[leader].Name(); got != want {
+		t.Fatalf("the store is connected to %s, want the stream leader %s", got, want)
+	}
+	ctx := context.Background()
+	const run, total = "crash", 250
+	w, err := s.Create(ctx, "alice", run, "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := &model{}
+	appendN := func(from, to int) {
+		for i := from; i < to; i++ {
+			e := event(run, i)
+			w.Append(e, m.stored(e))
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+	appendN(0, 50)
+	if l := streamLeader(t, s, fc); l != leader {
+		t.Fatalf("the stream leader moved from %s to %s", fc.nodes[leader].Name(), fc.nodes[l].Name())
+	}
+	name := fc.nodes[leader].Name()
+	var readers []*follower
+	defer func() {
+		for i, f := range readers {
+			start := time.Now()
+			f.stop()
+			if took := time.Since(start); took > time.Second {
+				t.Logf("closing reader %d took %v", i, took.Round(time.Millisecond))
+			}
+		}
+	}()
+	for len(readers) < 3 || onNode(t, s, name) < 4 {
+		if len(readers) == 40 {
+			t.Fatalf("%d of 40 readers' consumers on the stream leader", onNode(t, s, name))
+		}
+		r, err := s.Read(ctx, "alice", run, FromStart)
+		if err != nil {
+			t.Fatalf("Read: %v", err)
+		}
+		readers = append(readers, startFollower(r))
+	}
+	t.Logf("%d readers, %d of their consumers on the stream leader %s; meta leader %s; the store connected to %s",
+		len(readers), onNode(t, s, name), name, metaLeader(fc), s.nc.ConnectedServerName())
+
+	fc.crash(leader)
+	crashed := time.Now()
+	appendN(50, total)
+	for deadline := time.Now().Add(60 * time.Second); m.len()+len(m.failures()) < total; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d appends settled 60s after the crash", m.len()+len(m.failures()), total)
+		}
+	}
+	if errs := m.failures(); len(errs) > 0 {
+		t.Fatalf("appends failed across the crash: %d, first %v", len(errs), errs[0])
+	}
+	t.Logf("every event stored %v after the crash", time.Since(crashed).Round(time.Millisecond))
+	deadline := time.Now().Add(60 * time.Second)
+	for i, f := range readers {
+		for len(f.got()) < total && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := len(f.got()); got < total {
+			t.Errorf("reader %d: %d of %d events %v after the crash", i, got, total, time.Since(crashed).Round(time.Second))
+		}
+	}
+	if t.Failed() {
+		logConsumers(t, s)
+		t.FailNow()
+	}
+	t.Logf("every reader has every event %v after the crash", time.Since(crashed).Round(time.Millisecond))
+	for i, f := range readers {
+		checkEntries(t, fmt.Sprintf("reader %d", i), f.got(), m.events, m.offsets)
+	}
+}
+
+// TestClusterReaderCloseWhileFollowing: a reader's consumer is lost with two of the three
+// nodes, so the reader is re-creating it, in vain, while the stream has no quorum. Close
+// makes its blocked Next return at once.
+func TestClusterReaderCloseWhileFollowing(t *testing.T) {
+	fc := startFaultCluster(t)
+	s := openClusterStore(t, fc.urls())
+	ctx := context.Background()
+	w, err := s.Create(ctx, "alice", "quorum", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustAppend(t, w, [][]byte{event("q", 0)})
+	r, err := s.Read(ctx, "alice", "quorum", FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := startFollower(r)
+	defer f.stop()
+	for len(f.got()) < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	host := -1
+	for i, n := range fc.nodes {
+		if onNode(t, s, n.Name()) == 1 {
+			host = i
+		}
+	}
+	if host < 0 {
+		t.Fatal("the reader's consumer is on none of the nodes")
+	}
+	fc.crash(host)
+	fc.crash((host + 1) % 3)
+	// Long enough for the consumer's loss to be noticed, even by nats.go's ordered consumer
+	// (two missed 5s heartbeats), which readers used to hold.
+	time.Sleep(15 * time.Second)
+	select {
+	case <-f.done:
+		t.Fatalf("Next returned %v before Close", f.err)
+	default:
+	}
+	closed := time.Now()
+	go r.Close()
+	select {
+	case <-f.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Next still blocked 30s after Close")
+	}
+	if took := f.ended.Sub(closed); took > time.Second {
+		t.Errorf("Next returned %v after Close, want at once", took.Round(time.Millisecond))
+	}
+	if !errors.Is(f.err, ErrClosed) {
+		t.Errorf("Next after Close = %v, want ErrClosed", f.err)
+	}
+}
+
+// failures returns the appends that failed so far.
+func (m *model) failures() []error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return append([]error(nil), m.errs...)
+}
+
+// logConsumers logs the consumers of s's stream, to tell a failing test's story.
+func logConsumers(t *testing.T, s *Store) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	consumers := s.stream.ListConsumers(ctx)
+	for c := range consumers.Info() {
+		leader := ""
+		if c.Cluster != nil {
+			leader = c.Cluster.Leader
+		}
+		t.Logf("consumer %s on %q: delivered stream seq %d, %d pending, %d waiting pulls, created %v",
+			c.Name, leader, c.Delivered.Stream, c.NumPending, c.NumWaiting, c.Created.Format(time.TimeOnly))
+	}
+	if err := consumers.Err(); err != nil {
+		t.Logf("listing consumers: %v", err)
+	}
+}
+
+// metaLeader returns the name of the JetStream meta leader, as the live nodes see it.
+func metaLeader(fc *faultCluster) string {
+	for _, n := range fc.nodes {
+		if n.JetStreamIsLeader() {
+			return n.Name()
+		}
+	}
+	return ""
 }

@@ -60,10 +60,13 @@
 //     and the run's generation, so a renewal refused because an earlier one was stored
 //     without its answer (requests made while reconnecting are sent after the reconnection)
 //     recognises the lease as still its own.
-//   - A Reader holds one ordered consumer, deleted when the Reader is closed or reaches the
-//     log's close (an inactivity threshold bounds what a crashed process leaves), since
-//     nats-server caps a stream's consumers (1000 by default; the embedded server lifts the
-//     cap).
+//   - A Reader holds one consumer of its own (ephemeral, in memory, one replica), deleted
+//     when the Reader is closed or reaches the log's close (an inactivity threshold bounds
+//     what a crashed process leaves), since nats-server caps a stream's consumers (1000 by
+//     default; the embedded server lifts the cap). It replaces the consumer, from the
+//     sequence after the last one it read, when the consumer's heartbeats stop, the server
+//     deletes it, it skips a message, or it stays silent for 5 s while the log holds more: a
+//     consumer created while its stream had no leader can heartbeat and deliver nothing.
 //   - Open retries creating the stream and buckets a few times when the cluster does not
 //     answer in time (a cluster just started, several gateways starting at once).
 //   - Retention is the stream's MaxAge and the buckets' TTL; a read of an aged-out or unknown

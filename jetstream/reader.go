@@ -8,7 +8,6 @@ import (
 	"io"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	nats "github.com/nats-io/nats.go"
@@ -29,20 +28,36 @@ const (
 
 // Reader reads one run's log in order. It is not safe for concurrent use; Close may be called
 // from another goroutine to stop a blocked Next.
+//
+// A Reader follows the log through a consumer of its own (an ephemeral, in-memory, R1 pull
+// consumer filtered to the run's subject) that it replaces, starting right after the last
+// message it read, whenever the consumer fails: its heartbeats stop (its server died), the
+// server deleted it, it skipped a message, or it stays silent for the idle bound (5s) while
+// the log holds messages it has not delivered (it is stuck). While the stream is unavailable
+// it keeps trying, with backoff, each attempt under a new name: a name whose creation got no
+// answer may be assigned to a server that is gone.
 type Reader struct {
 	s       *Store
 	subject string
 	tag     string
 	gen     uint64
-	cons    natsjs.Consumer
-	it      natsjs.MessagesContext
+	next    uint64 // the stream sequence to read from: one past the last message read
 	pending []Entry
 	eof     bool
 	stopAt  uint64 // when non-zero: EOF after the message of this sequence (Snapshot)
 	// sawClose says the close record was read.
 	sawClose bool
-	closed   atomic.Bool
-	stopOnce sync.Once
+
+	// ctx is canceled by Close and by the store's Close: it aborts the consumer's creation.
+	ctx    context.Context
+	cancel context.CancelFunc
+
+	mu     sync.Mutex // guards it, cons and closed, which Close reads from another goroutine
+	it     natsjs.MessagesContext
+	cons   string // the consumer's name
+	closed bool
+
+	dseq uint64 // the consumer sequence of the last message the consumer delivered
 }
 
 // lookup returns the run's metadata for principal. Another principal's run is reported
@@ -185,24 +200,116 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 			return r, nil
 		}
 	}
-	cfg := natsjs.OrderedConsumerConfig{FilterSubjects: []string{subject}, InactiveThreshold: readerInactiveThreshold}
-	if start > 1 {
-		cfg.DeliverPolicy, cfg.OptStartSeq = natsjs.DeliverByStartSequencePolicy, start
-	}
-	if r.cons, err = s.stream.OrderedConsumer(ctx, cfg); err != nil {
-		return nil, err
-	}
-	if r.it, err = r.cons.Messages(); err != nil {
+	r.next = start
+	r.ctx, r.cancel = context.WithCancel(s.ctx)
+	if err := r.follow(ctx); err != nil {
+		r.cancel()
 		return nil, err
 	}
 	return r, nil
 }
 
 // readerInactiveThreshold is how long the server keeps a reader's consumer once nobody pulls
-// from it: Reader.Close deletes it at once, this bounds what a crashed process leaves. A
-// stream has a bounded number of consumers (nats-server's default: 1000), so they must not
-// outlive their readers by much.
+// from it: Reader.Close deletes it at once, this bounds what a crashed process leaves, and
+// what a Reader leaves when it replaces a failed consumer. A stream has a bounded number of
+// consumers (nats-server's default: 1000), so they must not outlive their readers by much.
 const readerInactiveThreshold = 15 * time.Second
+
+// defaultReaderIdle is how long a Reader waits for its consumer before it checks the log for
+// messages the consumer missed.
+const defaultReaderIdle = 5 * time.Second
+
+// readerIdle returns how long a Reader's consumer may stay silent before the Reader checks it.
+func (s *Store) readerIdle() time.Duration { return defaultReaderIdle }
+
+// readerPull returns the expiry and idle heartbeat of a Reader's pull requests for idle, the
+// Reader's silence bound: the heartbeat is short enough that two missed ones, after which
+// nats.go reports a dead consumer, fit in half of it (within nats.go's limits: expiry at
+// least 1s, heartbeat from 500ms to 30s and at most half the expiry).
+func readerPull(idle time.Duration) (natsjs.PullExpiry, natsjs.PullHeartbeat) {
+	hb := min(max(idle/4, 500*time.Millisecond), 30*time.Second)
+	return natsjs.PullExpiry(max(idle, 2*hb)), natsjs.PullHeartbeat(hb)
+}
+
+// Backoff between attempts to create a Reader's consumer.
+const (
+	followBackoff    = 100 * time.Millisecond
+	followBackoffMax = 2 * time.Second
+)
+
+// follow creates the reader's consumer, delivering from r.next, retrying with backoff what
+// may be transient until it succeeds, ctx ends or the reader is closed.
+func (r *Reader) follow(ctx context.Context) error {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	for backoff := followBackoff; ; backoff = min(2*backoff, followBackoffMax) {
+		err := r.subscribe(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case r.ctx.Err() != nil:
+			return ErrClosed
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !retryable(err):
+			return err
+		}
+		r.s.log.Debug("jetstream: creating a reader's consumer, retrying", keyErr, err)
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+		}
+	}
+}
+
+// subscribe makes one attempt at creating the reader's consumer, under a new name.
+func (r *Reader) subscribe(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.PublishTimeout)
+	defer cancel()
+	name := "wsgr_" + randomHex(8)
+	cons, err := r.s.stream.CreateConsumer(ctx, natsjs.ConsumerConfig{
+		Name:              name,
+		DeliverPolicy:     natsjs.DeliverByStartSequencePolicy,
+		OptStartSeq:       r.next,
+		AckPolicy:         natsjs.AckNonePolicy,
+		FilterSubject:     r.subject,
+		InactiveThreshold: readerInactiveThreshold,
+		Replicas:          1,
+		MemoryStorage:     true,
+	})
+	if err != nil {
+		return err
+	}
+	expiry, hb := readerPull(r.s.readerIdle())
+	it, err := cons.Messages(expiry, hb)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	closed := r.closed
+	if !closed {
+		r.it, r.cons, r.dseq = it, name, 0
+	}
+	r.mu.Unlock()
+	if closed {
+		it.Stop()
+		r.deleteConsumer(name)
+		return ErrClosed
+	}
+	return nil
+}
+
+// bound returns ctx, also canceled when the reader is closed.
+func (r *Reader) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(r.ctx, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
 
 // msgGen returns the run generation a message belongs to.
 func msgGen(h nats.Header) uint64 {
@@ -228,20 +335,11 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 		if r.eof {
 			return Entry{}, io.EOF
 		}
-		if r.closed.Load() || r.it == nil {
-			return Entry{}, fmt.Errorf("next: %w", ErrClosed)
-		}
-		msg, err := r.it.Next(natsjs.NextContext(ctx))
-		if err != nil {
-			if errors.Is(err, natsjs.ErrMsgIteratorClosed) {
-				err = ErrClosed
-			}
-			return Entry{}, fmt.Errorf("next: %w", err)
-		}
-		md, err := msg.Metadata()
+		msg, seq, err := r.receive(ctx)
 		if err != nil {
 			return Entry{}, fmt.Errorf("next: %w", err)
 		}
+		r.next = seq + 1
 		h := msg.Headers()
 		switch g := msgGen(h); {
 		case g < r.gen:
@@ -255,7 +353,7 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 			r.stop()
 			continue
 		case ctlOpen:
-			if r.stopAt != 0 && md.Sequence.Stream >= r.stopAt {
+			if r.stopAt != 0 && seq >= r.stopAt {
 				r.eof = true
 				r.stop()
 			}
@@ -265,8 +363,8 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 		if err != nil {
 			return Entry{}, fmt.Errorf("next: %w", err)
 		}
-		r.queue(md.Sequence.Stream, events, 0)
-		if r.stopAt != 0 && md.Sequence.Stream >= r.stopAt {
+		r.queue(seq, events, 0)
+		if r.stopAt != 0 && seq >= r.stopAt {
 			r.eof = true
 			r.stop()
 		}
@@ -276,30 +374,112 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 	return e, nil
 }
 
-// stop stops the iterator and deletes the consumer (once), so that a stream's consumer count
-// follows its open readers.
-func (r *Reader) stop() {
-	r.stopOnce.Do(func() {
-		if r.it == nil {
-			return
+// receive returns the log's message at r.next and its sequence. It replaces the consumer when
+// it fails (see Reader) and returns only when ctx ends or the reader is closed.
+func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
+	idle := r.s.readerIdle()
+	for {
+		r.mu.Lock()
+		it, closed := r.it, r.closed
+		r.mu.Unlock()
+		if closed || r.ctx.Err() != nil {
+			return nil, 0, ErrClosed
 		}
-		r.it.Stop()
-		info := r.cons.CachedInfo()
-		if info == nil {
-			return
+		if it == nil {
+			if err := r.follow(ctx); err != nil {
+				return nil, 0, err
+			}
+			continue
 		}
-		ctx, cancel := context.WithTimeout(r.s.ctx, r.s.cfg.PublishTimeout)
-		defer cancel()
-		if err := r.s.stream.DeleteConsumer(ctx, info.Name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
-			r.s.log.Debug("jetstream: deleting a reader's consumer", keyErr, err)
+		wait, cancel := context.WithTimeout(ctx, idle)
+		msg, err := it.Next(natsjs.NextContext(wait))
+		cancel()
+		switch {
+		case err == nil:
+			md, err := msg.Metadata()
+			if err != nil {
+				return nil, 0, err
+			}
+			if md.Sequence.Consumer == r.dseq+1 && md.Sequence.Stream >= r.next {
+				r.dseq = md.Sequence.Consumer
+				return msg, md.Sequence.Stream, nil
+			}
+			r.s.log.Debug("jetstream: a reader's consumer skipped a message, replacing it")
+		case ctx.Err() != nil:
+			return nil, 0, ctx.Err()
+		case r.ctx.Err() != nil:
+			return nil, 0, ErrClosed
+		case errors.Is(err, context.DeadlineExceeded):
+			if !r.missed(ctx) {
+				continue
+			}
+			r.s.log.Debug("jetstream: a reader's consumer is stuck, replacing it")
+		default:
+			// Missed heartbeats (its server is gone), the consumer deleted, the iterator
+			// ended with the connection.
+			r.s.log.Debug("jetstream: a reader's consumer failed, replacing it", keyErr, err)
 		}
-	})
+		r.drop()
+	}
 }
 
-// Close releases the reader's consumer and makes a blocked Next return. It is idempotent and
-// safe to call from another goroutine.
+// missed says whether the log holds a message the reader has not received: its consumer is
+// stuck. When the stream does not answer, the consumer stays: nothing new is stored then, and
+// a consumer whose server died is reported by its missing heartbeats.
+func (r *Reader) missed(ctx context.Context) bool {
+	ctx, cancel := r.bound(ctx)
+	defer cancel()
+	ctx, cancelT := context.WithTimeout(ctx, r.s.cfg.PublishTimeout)
+	defer cancelT()
+	last, err := r.s.lastMsg(ctx, r.subject)
+	return err == nil && last != nil && last.Sequence >= r.next
+}
+
+// drop stops the reader's consumer, which the next receive replaces. The server deletes it
+// after readerInactiveThreshold: deleting it here could take as long as the stream is
+// unavailable, which is when consumers fail.
+func (r *Reader) drop() {
+	r.mu.Lock()
+	it := r.it
+	r.it, r.cons = nil, ""
+	r.mu.Unlock()
+	if it != nil {
+		it.Stop()
+	}
+}
+
+// stop stops the reader's consumer and deletes it, so that a stream's consumer count follows
+// its open readers.
+func (r *Reader) stop() {
+	r.mu.Lock()
+	it, name := r.it, r.cons
+	r.it, r.cons = nil, ""
+	r.mu.Unlock()
+	if r.cancel != nil { // nil when the log was at its end when opened
+		r.cancel()
+	}
+	if it == nil {
+		return
+	}
+	it.Stop()
+	r.deleteConsumer(name)
+}
+
+// deleteConsumer deletes the consumer name, within PublishTimeout.
+func (r *Reader) deleteConsumer(name string) {
+	ctx, cancel := context.WithTimeout(r.s.ctx, r.s.cfg.PublishTimeout)
+	defer cancel()
+	if err := r.s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
+		r.s.log.Debug("jetstream: deleting a reader's consumer", keyErr, err)
+	}
+}
+
+// Close releases the reader's consumer and makes a blocked Next return, at once even while
+// the consumer is being replaced. It is idempotent and safe to call from another goroutine.
 func (r *Reader) Close() error {
-	r.closed.Store(true)
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
 	r.stop()
 	return nil
 }
