@@ -488,8 +488,8 @@ func TestPublishRetry(t *testing.T) {
 	if !(err == nil && again == first) && !errors.Is(err, ErrFenced) {
 		t.Fatalf("repeat of id-1 = %d, %v; want %d or ErrFenced", again, err, first)
 	}
-	if seq, ok := s.storedLast(ctx, subject, "id-1"); !ok || seq != first {
-		t.Fatalf("storedLast(id-1) = %d, %v; want %d, true", seq, ok, first)
+	if seq, ok, err := s.storedLast(ctx, subject, "id-1"); !ok || err != nil || seq != first {
+		t.Fatalf("storedLast(id-1) = %d, %v, %v; want %d, true", seq, ok, err, first)
 	}
 	if _, err := s.publishAfter(ctx, a, subject, 1, 0, "id-2", []byte("b"), ""); !errors.Is(err, ErrFenced) {
 		t.Fatalf("publish expecting an empty subject = %v, want ErrFenced", err)
@@ -498,8 +498,8 @@ func TestPublishRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok := s.storedLast(ctx, subject, "id-1"); ok {
-		t.Fatal("storedLast(id-1) after id-2 = true, want false")
+	if _, ok, err := s.storedLast(ctx, subject, "id-1"); ok || err != nil {
+		t.Fatalf("storedLast(id-1) after id-2 = %v, %v; want false", ok, err)
 	}
 	info, err := s.stream.Info(ctx)
 	if err != nil || info.State.Msgs != 2 || second != first+1 {

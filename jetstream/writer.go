@@ -348,13 +348,19 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, 
 			return seq, nil
 		}
 		if isWrongLastSeq(err) {
-			if attempt > 0 {
-				// An earlier attempt may have been stored without us seeing the ack.
-				if seq, ok := s.storedLast(ctx, subject, id); ok {
-					return seq, nil
-				}
+			if attempt == 0 {
+				return 0, ErrFenced
 			}
-			return 0, ErrFenced
+			// An earlier attempt may have been stored without us seeing the ack. While the
+			// stream cannot say (a leader election), the question is asked again.
+			seq, stored, lerr := s.storedLast(ctx, subject, id)
+			switch {
+			case lerr == nil && stored:
+				return seq, nil
+			case lerr == nil:
+				return 0, ErrFenced
+			}
+			err = lerr
 		}
 		if ctx.Err() != nil {
 			return 0, ErrClosed
@@ -371,15 +377,15 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, 
 
 // storedLast reports whether the last message of subject carries the message id, and its
 // sequence: how a retry refused for a wrong last sequence learns that its first attempt was
-// stored after all.
-func (s *Store) storedLast(ctx context.Context, subject, id string) (uint64, bool) {
+// stored after all. err is set when the stream did not answer.
+func (s *Store) storedLast(ctx context.Context, subject, id string) (seq uint64, stored bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
-	if err != nil || last.Header.Get(natsjs.MsgIDHeader) != id {
-		return 0, false
+	last, err := s.lastMsg(ctx, subject)
+	if err != nil || last == nil {
+		return 0, false, err
 	}
-	return last.Sequence, true
+	return last.Sequence, last.Header.Get(natsjs.MsgIDHeader) == id, nil
 }
 
 // retryable reports whether a publish error may be transient: a timeout, a lost connection,
