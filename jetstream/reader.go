@@ -215,12 +215,9 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 // consumers (nats-server's default: 1000), so they must not outlive their readers by much.
 const readerInactiveThreshold = 15 * time.Second
 
-// defaultReaderIdle is how long a Reader waits for its consumer before it checks the log for
+// readerIdle is how long a Reader waits for its consumer before it checks the log for
 // messages the consumer missed.
-const defaultReaderIdle = 5 * time.Second
-
-// readerIdle returns how long a Reader's consumer may stay silent before the Reader checks it.
-func (s *Store) readerIdle() time.Duration { return defaultReaderIdle }
+const readerIdle = 5 * time.Second
 
 // readerPull returns the expiry and idle heartbeat of a Reader's pull requests for idle, the
 // Reader's silence bound: the heartbeat is short enough that two missed ones, after which
@@ -282,7 +279,7 @@ func (r *Reader) subscribe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	expiry, hb := readerPull(r.s.readerIdle())
+	expiry, hb := readerPull(readerIdle)
 	it, err := cons.Messages(expiry, hb)
 	if err != nil {
 		return err
@@ -377,7 +374,6 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 // receive returns the log's message at r.next and its sequence. It replaces the consumer when
 // it fails (see Reader) and returns only when ctx ends or the reader is closed.
 func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
-	idle := r.s.readerIdle()
 	for {
 		r.mu.Lock()
 		it, closed := r.it, r.closed
@@ -391,7 +387,7 @@ func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
 			}
 			continue
 		}
-		wait, cancel := context.WithTimeout(ctx, idle)
+		wait, cancel := context.WithTimeout(ctx, readerIdle)
 		msg, err := it.Next(natsjs.NextContext(wait))
 		cancel()
 		switch {
