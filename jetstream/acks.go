@@ -29,6 +29,7 @@ type acks struct {
 // pubAck is JetStream's answer to a publish.
 type pubAck struct {
 	Error    *natsjs.APIError `json:"error,omitempty"`
+	Stream   string           `json:"stream"`
 	Sequence uint64           `json:"seq"`
 }
 
@@ -73,6 +74,9 @@ func (a *acks) publish(ctx context.Context, msg *nats.Msg, timeout time.Duration
 			}
 			if ack.Error != nil {
 				return 0, ack.Error
+			}
+			if ack.Stream == "" {
+				return 0, natsjs.ErrInvalidJSAck
 			}
 			return ack.Sequence, nil
 		case <-a.timer.C:

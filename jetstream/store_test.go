@@ -482,14 +482,14 @@ func TestPublishRetry(t *testing.T) {
 	}
 	// The server checks the expected last sequence before its duplicate window: a repeated
 	// publish is refused as a wrong last sequence (or, were the order reversed, acknowledged
-	// as a duplicate of the first); either way it is not stored twice, and storedLast, which
+	// as a duplicate of the first); either way it is not stored twice, and storedAfter, which
 	// publishAfter consults when a retry is refused, finds the first store.
 	again, err := s.publishAfter(ctx, a, subject, 1, 0, "id-1", []byte("a"), "")
 	if !(err == nil && again == first) && !errors.Is(err, ErrFenced) {
 		t.Fatalf("repeat of id-1 = %d, %v; want %d or ErrFenced", again, err, first)
 	}
-	if seq, ok, err := s.storedLast(ctx, subject, "id-1"); !ok || err != nil || seq != first {
-		t.Fatalf("storedLast(id-1) = %d, %v, %v; want %d, true", seq, ok, err, first)
+	if seq, ok, err := s.storedAfter(ctx, subject, 0, "id-1"); !ok || err != nil || seq != first {
+		t.Fatalf("storedAfter(0, id-1) = %d, %v, %v; want %d, true", seq, ok, err, first)
 	}
 	if _, err := s.publishAfter(ctx, a, subject, 1, 0, "id-2", []byte("b"), ""); !errors.Is(err, ErrFenced) {
 		t.Fatalf("publish expecting an empty subject = %v, want ErrFenced", err)
@@ -498,8 +498,11 @@ func TestPublishRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.storedLast(ctx, subject, "id-1"); ok || err != nil {
-		t.Fatalf("storedLast(id-1) after id-2 = %v, %v; want false", ok, err)
+	if _, ok, err := s.storedAfter(ctx, subject, first, "id-1"); ok || err != nil {
+		t.Fatalf("storedAfter(first, id-1) after id-2 = %v, %v; want false", ok, err)
+	}
+	if _, _, err := s.storedAfter(ctx, subject, second, "id-3"); !errors.Is(err, errNotApplied) {
+		t.Fatalf("storedAfter(last) = %v, want errNotApplied", err)
 	}
 	info, err := s.stream.Info(ctx)
 	if err != nil || info.State.Msgs != 2 || second != first+1 {

@@ -353,7 +353,7 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, 
 			}
 			// An earlier attempt may have been stored without us seeing the ack. While the
 			// stream cannot say (a leader election), the question is asked again.
-			seq, stored, lerr := s.storedLast(ctx, subject, id)
+			seq, stored, lerr := s.storedAfter(ctx, subject, after, id)
 			switch {
 			case lerr == nil && stored:
 				return seq, nil
@@ -375,17 +375,24 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, 
 	}
 }
 
-// storedLast reports whether the last message of subject carries the message id, and its
-// sequence: how a retry refused for a wrong last sequence learns that its first attempt was
-// stored after all. err is set when the stream did not answer.
-func (s *Store) storedLast(ctx context.Context, subject, id string) (seq uint64, stored bool, err error) {
+// errNotApplied: a publish was refused for a wrong last sequence, yet the stream shows nothing
+// after the expected one: it answered from a state older than the refusal's.
+var errNotApplied = errors.New("the stream has not applied what refused the publish yet")
+
+// storedAfter reports whether the first message of subject after sequence after carries the
+// message id, and its sequence: how a retry refused for a wrong last sequence learns that an
+// earlier attempt was stored after all. err is set when the stream cannot tell yet.
+func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, id string) (seq uint64, stored bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	last, err := s.lastMsg(ctx, subject)
-	if err != nil || last == nil {
+	m, err := s.stream.GetMsg(ctx, after+1, natsjs.WithGetMsgSubject(subject))
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return 0, false, errNotApplied
+	}
+	if err != nil {
 		return 0, false, err
 	}
-	return last.Sequence, last.Header.Get(natsjs.MsgIDHeader) == id, nil
+	return m.Sequence, m.Header.Get(natsjs.MsgIDHeader) == id, nil
 }
 
 // retryable reports whether a publish error may be transient: a timeout, a lost connection,
