@@ -476,6 +476,17 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
+// isSubjectBusy reports JetStream's refusal of a publish expecting a subject's last sequence
+// while that subject has a message in flight (in a cluster, between a message's
+// acknowledgement and the end of its processing): nothing was stored, and the publish may be
+// sent again.
+func isSubjectBusy(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant
+}
+
+// isWrongLastSeq reports a refusal for a wrong expected last sequence (of a subject, or a
+// key's revision), the busy refusal of isSubjectBusy included: bucket callers read again.
 func isWrongLastSeq(err error) bool {
 	var apiErr *natsjs.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence ||

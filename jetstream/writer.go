@@ -342,10 +342,21 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, 
 	msg.Data = body
 	deadline := time.Now().Add(s.cfg.DedupWindow - s.cfg.PublishTimeout)
 	backoff := 50 * time.Millisecond
+	busy := 0
 	for attempt := 0; ; attempt++ {
 		seq, err := a.publish(ctx, msg, s.cfg.PublishTimeout)
 		if err == nil {
 			return seq, nil
+		}
+		if isSubjectBusy(err) && time.Now().Before(deadline) {
+			// A cluster's stream leader acknowledges a message before it clears the
+			// subject's in-flight mark; a publish arriving in between is refused unstored.
+			// Not a fence: try again shortly.
+			if err := s.sleep(ctx, time.Millisecond<<min(busy, 6)); err != nil {
+				return 0, ErrClosed
+			}
+			busy++
+			continue
 		}
 		if isWrongLastSeq(err) {
 			if attempt == 0 {
