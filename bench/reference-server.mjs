@@ -6,8 +6,9 @@
 // forwardedProps.demo.tokens deltas "t1 " … "tN ", TEXT_MESSAGE_END, RUN_FINISHED, with
 // forwardedProps.demo.intervalMs between two events (default 20; 0 = as fast as possible).
 // With forwardedProps.demo.timestamps true every chunk carries "timestamp", the wall-clock time
-// it is yielded at in whole milliseconds since the epoch (Date.now()), as the demo agent's
-// events do: AG-UI 1.0 requires an integer, so both servers round down the same way.
+// it is yielded at in whole milliseconds since the epoch, rounded down (AG-UI 1.0 requires an
+// integer), and "metadata":{"emitMicros"}, the same in microseconds, as the demo agent's
+// events do.
 //
 //   node bench/reference-server.mjs [--addr 127.0.0.1:8090]
 //
@@ -51,7 +52,11 @@ async function* demoTurn(ctx) {
     const wait = start + i * interval - performance.now()
     if (i > 0 && interval > 0 && wait > 0) await sleep(wait, undefined, { signal: ctx.signal }).catch(() => {})
     i++
-    if (timestamps) ev.timestamp = Date.now()
+    if (timestamps) {
+      const us = Math.round((performance.timeOrigin + performance.now()) * 1000)
+      ev.timestamp = Math.floor(us / 1000)
+      ev.metadata = { emitMicros: us }
+    }
     yield ev
   }
 }

@@ -20,7 +20,9 @@
 //	invalid (bool)            after half of the events, a TEXT_MESSAGE_CONTENT for a message
 //	                          that was never started (a protocol violation), then the rest
 //	timestamps (bool)         every event carries "timestamp": the wall-clock time of its
-//	                          emit in whole milliseconds since the Unix epoch, rounded down
+//	                          emit in whole milliseconds since the Unix epoch, rounded down,
+//	                          and, but on chunks, "metadata":{"emitMicros":…}, the same
+//	                          in microseconds
 //
 // Each run of the turn is: RUN_STARTED{threadId, runId} (the frame's), the reasoning span, the
 // tool call, the reply message, RUN_FINISHED{threadId, runId}. Ids derive from the runId and
@@ -28,9 +30,12 @@
 // "<runId>.reasoning<k>" (span), "<runId>.thought<k>" (reasoning message), "<runId>.call<k>"
 // (tool call), "<runId>.msg<k>" (reply). The events carry no timestamp unless timestamps is
 // set. AG-UI 1.0 requires an integer timestamp (a fraction is a schema error), hence whole
-// milliseconds: a client measuring emit-to-receipt latency from it over-estimates by less
-// than one millisecond. Chunk expansion never copies a timestamp, so with chunked the
-// events a gateway expands the chunks into carry none.
+// milliseconds: a client measuring emit-to-receipt latency from it would over-estimate by up
+// to one millisecond, so the microseconds go in the event's metadata, which AG-UI leaves to
+// the application. Chunks carry no metadata: a chunk's metadata changes what it expands
+// into (a continuation without delta would become an empty delta). Chunk expansion never
+// copies a timestamp, so with chunked the events a gateway expands the chunks into carry
+// none.
 //
 // Run honours ctx: it stops within one pause after ctx is cancelled and returns ctx's error.
 package demo
@@ -42,6 +47,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -124,11 +130,11 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 	// buf holds one encoded event at a time: emit does not keep the slice after it returns.
 	var buf []byte
 	send := func(ev *event) error {
-		var ts int64
+		var at time.Time
 		if opts.Timestamps {
-			ts = time.Now().UnixMilli()
+			at = time.Now()
 		}
-		buf = ev.appendJSON(buf[:0], ts)
+		buf = ev.appendJSON(buf[:0], at)
 		if err := emit(buf); err != nil {
 			return fmt.Errorf("demo: emit: %w", err)
 		}
@@ -378,8 +384,9 @@ type event struct {
 	token    int
 }
 
-// appendJSON appends the event as one JSON object, with "timestamp":ts last when ts > 0.
-func (e *event) appendJSON(b []byte, ts int64) []byte {
+// appendJSON appends the event as one JSON object, ending with "timestamp" and, but on a
+// chunk, "metadata":{"emitMicros"} when at is not zero.
+func (e *event) appendJSON(b []byte, at time.Time) []byte {
 	b = append(b, `{"type":`...)
 	b = appendString(b, e.typ)
 	for _, f := range [...]struct{ key, val string }{
@@ -400,9 +407,14 @@ func (e *event) appendJSON(b []byte, ts int64) []byte {
 		b = append(b, `,"delta":`...)
 		b = appendString(b, e.delta)
 	}
-	if ts > 0 {
+	if !at.IsZero() {
 		b = append(b, `,"timestamp":`...)
-		b = strconv.AppendInt(b, ts, 10)
+		b = strconv.AppendInt(b, at.UnixMilli(), 10)
+		if !strings.HasSuffix(e.typ, "_CHUNK") {
+			b = append(b, `,"metadata":{"emitMicros":`...)
+			b = strconv.AppendInt(b, at.UnixMicro(), 10)
+			b = append(b, '}')
+		}
 	}
 	return append(b, '}')
 }

@@ -386,7 +386,7 @@ func TestIgnoresOtherForwardedProps(t *testing.T) {
 
 // TestTimestamps checks, on the fake clock of a synctest bubble, that with timestamps every
 // event, the injected violation included, is the event without it plus "timestamp": the
-// milliseconds since the epoch at its emit.
+// milliseconds since the epoch at its emit, and but on chunks "metadata":{"emitMicros"}.
 func TestTimestamps(t *testing.T) {
 	for _, opts := range []string{
 		`{"tokens":3,"intervalMs":7%s}`,
@@ -400,20 +400,24 @@ func TestTimestamps(t *testing.T) {
 			}
 			start := time.Now()
 			var got []string
-			var at []int64
+			var at []time.Time
 			err = New().Run(context.Background(), input(t, "x", fmt.Sprintf(opts, `,"timestamps":true`)), func(ev []byte) error {
 				got = append(got, string(ev))
-				at = append(at, time.Now().UnixMilli())
+				at = append(at, time.Now())
 				return nil
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got) != len(plain) || at[len(at)-1] == start.UnixMilli() {
+			if len(got) != len(plain) || at[len(at)-1].Equal(start) {
 				t.Fatalf("%s: %d events ending at %v, want %d spread over time", opts, len(got), at[len(at)-1], len(plain))
 			}
 			for i := range got {
-				want := strings.TrimSuffix(plain[i], "}") + `,"timestamp":` + strconv.FormatInt(at[i], 10) + "}"
+				want := strings.TrimSuffix(plain[i], "}") + `,"timestamp":` + strconv.FormatInt(at[i].UnixMilli(), 10)
+				if !strings.Contains(plain[i], `_CHUNK"`) {
+					want += `,"metadata":{"emitMicros":` + strconv.FormatInt(at[i].UnixMicro(), 10) + "}"
+				}
+				want += "}"
 				if got[i] != want {
 					t.Errorf("%s: event %d = %s, want %s", opts, i, got[i], want)
 				}
@@ -476,7 +480,7 @@ func TestEncodingUnchanged(t *testing.T) {
 		for _, o := range opts {
 			s := newScript(`th "1" <&>`, "r\u2028\\1", text, o)
 			for ev := range s.events {
-				got, want := string(ev.appendJSON(nil, 0)), legacyEncode(t, &ev)
+				got, want := string(ev.appendJSON(nil, time.Time{})), legacyEncode(t, &ev)
 				if got != want {
 					t.Errorf("text %q %+v: appendJSON = %s, encoding/json = %s", text, o, got, want)
 				}

@@ -315,10 +315,11 @@ type sock struct {
 	buf    bytes.Buffer
 	frame  protocol.Fields
 	chunk  protocol.Fields
-	offset string    // the envelope's id; "" for a bare event
-	bare   bool      // a bare event, ev holds its type, code and message
-	ev     event     // the envelope's event, or the bare event
-	recv   time.Time // when the frame was read, before it was decoded
+	meta   protocol.Fields // the event's metadata
+	offset string          // the envelope's id; "" for a bare event
+	bare   bool            // a bare event, ev holds its type, code and message
+	ev     event           // the envelope's event, or the bare event
+	recv   time.Time       // when the frame was read, before it was decoded
 
 	eventLat []time.Duration
 	firstLat []time.Duration
@@ -331,12 +332,19 @@ type event struct {
 	Delta     string
 	Code      string
 	Message   string
-	Timestamp float64 // milliseconds since the epoch; 0 when absent
+	Timestamp float64 // milliseconds since the epoch, with a fraction; 0 when absent
 }
 
-// eventOf reads the fields of an event from its members.
-func eventOf(f *protocol.Fields) event {
+// eventOf reads the fields of an event from its members, and of its metadata into meta. The
+// emit time is metadata.emitMicros when there is one (the agent/demo and the reference server
+// set it), else the AG-UI timestamp, in whole milliseconds.
+func eventOf(f, meta *protocol.Fields) event {
 	ts, _ := f.Number("timestamp")
+	if f.Object("metadata", meta) {
+		if us, ok := meta.Number("emitMicros"); ok {
+			ts = us / 1000
+		}
+	}
 	return event{Type: f.Str("type"), Name: f.Str("name"), Delta: f.Str("delta"),
 		Code: f.Str("code"), Message: f.Str("message"), Timestamp: ts}
 }
@@ -384,7 +392,7 @@ func (s *sock) read(conn *websocket.Conn) error {
 			return fmt.Errorf("frame is not a JSON object (%v): %q", err, s.buf.Bytes())
 		}
 		if s.frame.Raw("type") != nil {
-			s.offset, s.bare, s.ev = "", true, eventOf(&s.frame)
+			s.offset, s.bare, s.ev = "", true, eventOf(&s.frame, &s.meta)
 			if s.ev.Type == "ping" {
 				continue
 			}
@@ -392,7 +400,7 @@ func (s *sock) read(conn *websocket.Conn) error {
 		}
 		s.offset, s.bare, s.ev = s.frame.Str("id"), false, event{}
 		if s.frame.Object("chunk", &s.chunk) {
-			s.ev = eventOf(&s.chunk)
+			s.ev = eventOf(&s.chunk, &s.meta)
 		}
 		return nil
 	}

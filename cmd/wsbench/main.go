@@ -24,11 +24,11 @@
 // stderr every --progress.
 //
 // Latency: with --timestamps, run frames ask for forwardedProps.demo.timestamps, so the agent
-// stamps every event with the milliseconds since the epoch at its emit (off by default: it
-// costs the servers, the reference one most), and each agent event that carries a numeric
-// AG-UI timestamp is measured from it to the moment its frame was
-// read, before it is decoded ("event latency"; AG-UI 1.0 timestamps are whole milliseconds,
-// rounded down at the emit, so this over-estimates by less than one millisecond). The first
+// stamps every event with its emit time (off by default: it costs the servers, the reference
+// one most), and each agent event that carries one is measured from it to the moment its
+// frame was read, before it is decoded ("event latency"). The emit time is the event's
+// metadata.emitMicros (microseconds since the epoch) when present, else its AG-UI timestamp
+// (whole milliseconds, rounded down at the emit: up to a millisecond too early). The first
 // event of every turn is measured from the moment its run frame was written ("first-event
 // latency"). With --metrics-url the gateway's own delivery histogram (agent emit to socket
 // write) is read before and after the load and its percentiles are reported too. The report

@@ -24,6 +24,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wsgateway/wsgateway/internal/testenv"
+	"github.com/wsgateway/wsgateway/protocol"
 )
 
 func TestChecker(t *testing.T) {
@@ -278,6 +279,27 @@ func TestSinceTimestamp(t *testing.T) {
 	} {
 		if got := sinceTimestamp(recv, tt.ms); got != tt.want {
 			t.Errorf("sinceTimestamp(%v) = %v, want %v", tt.ms, got, tt.want)
+		}
+	}
+}
+
+// The emit time is the metadata's microseconds when the event has them, else its timestamp.
+func TestEventEmitTime(t *testing.T) {
+	var f, meta protocol.Fields
+	for _, tt := range []struct {
+		event string
+		want  float64
+	}{
+		{`{"type":"TEXT_MESSAGE_CONTENT","timestamp":1764471296123,"metadata":{"emitMicros":1764471296123456}}`, 1764471296123.456},
+		{`{"type":"TEXT_MESSAGE_CONTENT","timestamp":1764471296123}`, 1764471296123},
+		{`{"type":"TEXT_MESSAGE_CONTENT","timestamp":1764471296123,"metadata":{"other":1}}`, 1764471296123},
+		{`{"type":"TEXT_MESSAGE_CONTENT"}`, 0},
+	} {
+		if err := f.Parse([]byte(tt.event)); err != nil {
+			t.Fatal(err)
+		}
+		if got := eventOf(&f, &meta).Timestamp; got != tt.want {
+			t.Errorf("%s: emit time %v, want %v", tt.event, got, tt.want)
 		}
 	}
 }
