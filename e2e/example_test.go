@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 )
 
 // The command-line client of the README (examples/chat) against a real gateway.
@@ -81,10 +83,10 @@ func TestExampleChat(t *testing.T) {
 // print the whole reply once.
 func TestExampleChatResumes(t *testing.T) {
 	gw := startGateway(t)
-	px := newProxy(t, gw.Addr)
+	px := tcpproxy.Start(t, gw.Addr, nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, chatBinary(t), "-url", "ws://"+px.Addr+"/ws", "-demo", `{"tokens":40,"intervalMs":25}`, "x")
+	cmd := exec.CommandContext(ctx, chatBinary(t), "-url", "ws://"+px.Addr()+"/ws", "-demo", `{"tokens":40,"intervalMs":25}`, "x")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()

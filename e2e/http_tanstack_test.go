@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/url"
 	"testing"
+
+	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 )
 
 // The four HTTP connection adapters of @tanstack/ai-client (fetchServerSentEvents,
@@ -93,13 +95,13 @@ func TestHTTPAdaptersResumeAfterCut(t *testing.T) {
 }
 
 func resumeAfterCut(t *testing.T, gw, other *gateway, adapter string, elsewhere bool) {
-	px := newProxy(t, gw.Addr)
+	px := tcpproxy.Start(t, gw.Addr, nil)
 	spec := turnSpec{RunID: fmt.Sprintf("run-cut-%s-%v", adapter, elsewhere), Text: "x", ForwardedProps: demoProps(map[string]any{"tokens": 40, "intervalMs": 25})}
 	cut := 0
 	onProgress := func(p json.RawMessage) {
 		if string(p) == `"cut"` {
 			if elsewhere {
-				px.Retarget(other.Addr)
+				px.SetTarget(other.Addr)
 			}
 			cut = px.Cut()
 		}
@@ -108,7 +110,7 @@ func resumeAfterCut(t *testing.T, gw, other *gateway, adapter string, elsewhere 
 		Chunks   []any         `json:"chunks"`
 		Requests []httpRequest `json:"requests"`
 	}
-	runNode(t, tanstackHTTPScript, onProgress, &res, "resume", adapter, "http://"+px.Addr,
+	runNode(t, tanstackHTTPScript, onProgress, &res, "resume", adapter, "http://"+px.Addr(),
 		options(t, map[string]any{"runId": spec.RunID, "text": spec.Text, "forwardedProps": spec.ForwardedProps, "cutAfter": 5}))
 
 	if cut != 1 || px.Accepted() != 2 {

@@ -6,9 +6,10 @@
 // Helpers:
 //   - startGateway builds nothing; it starts the binary built by TestMain, waits for /readyz and
 //     stops the process (SIGTERM, then kill) when the test ends.
-//   - newProxy puts a loopback TCP proxy between a client and the gateway; Cut resets every
-//     connection through it, which is how a test drops a client's socket mid-turn, and
-//     Retarget sends the next connections to another gateway (a load balancer's choice).
+//   - tcpproxy.Start (internal/tcpproxy) puts a loopback TCP proxy between a client and the
+//     gateway; Cut resets every connection through it, which is how a test drops a client's
+//     socket mid-turn, and SetTarget sends the next connections to another gateway (a load
+//     balancer's choice).
 //   - runNode runs a script of testdata/npm and returns its NDJSON output; a missing node or
 //     testdata/npm/node_modules fails the test with the command that fixes it.
 //   - runChat runs the command-line example examples/chat, built on first use.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/agent/demo"
+	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -210,7 +211,7 @@ func TestTanstackResumesAfterDrop(t *testing.T) {
 		}
 		t.Run(name, func(t *testing.T) {
 			gw := startGateway(t)
-			px := newProxy(t, gw.Addr)
+			px := tcpproxy.Start(t, gw.Addr, nil)
 			var other *gateway
 			if otherGateway {
 				other = startGateway(t, "--nats-url", gw.NATSURL)
@@ -226,11 +227,11 @@ func TestTanstackResumesAfterDrop(t *testing.T) {
 					return
 				}
 				if other != nil {
-					px.Retarget(other.Addr)
+					px.SetTarget(other.Addr)
 				}
 				cut = px.Cut()
 			}
-			runNode(t, tanstackScript, onProgress, &res, "resume", "ws://"+px.Addr+"/ws",
+			runNode(t, tanstackScript, onProgress, &res, "resume", "ws://"+px.Addr()+"/ws",
 				options(t, map[string]any{"runId": spec.RunID, "text": spec.Text, "forwardedProps": spec.ForwardedProps, "cutAfter": 5}))
 
 			if cut != 1 {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
@@ -179,8 +180,8 @@ func resumeOffsets(t *testing.T, urls []string, runID string) []string {
 // token missing or repeated; the conversation then goes on.
 func TestWebResumeAfterDrop(t *testing.T) {
 	g := startGateway(t)
-	px := newProxy(t, g.Addr)
-	p := openPage(t, startBrowser(t), "http://"+px.Addr+"/")
+	px := tcpproxy.Start(t, g.Addr, nil)
+	p := openPage(t, startBrowser(t), "http://"+px.Addr()+"/")
 
 	const tokens = 200
 	p.setOptions(demoOptions{Tokens: strconv.Itoa(tokens), IntervalMs: "25"})

@@ -1,18 +1,17 @@
 package jetstream
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 )
 
 // startCluster starts three JetStream servers routed to each other on loopback, each storing
@@ -136,8 +135,8 @@ func TestClusterLeaderLoss(t *testing.T) {
 // consumers' requests ended, its raft leaderships handed over, its departure announced).
 type faultCluster struct {
 	nodes  []*server.Server
-	client []*proxy // in front of each node's client port
-	route  []*proxy // in front of each node's route port
+	client []*tcpproxy.Proxy // in front of each node's client port
+	route  []*tcpproxy.Proxy // in front of each node's route port
 	mu     sync.Mutex
 	dead   map[string]bool // server IDs of the crashed nodes
 }
@@ -148,22 +147,22 @@ func startFaultCluster(tb testing.TB) *faultCluster {
 	fc := &faultCluster{dead: map[string]bool{}}
 	var routes []string
 	for i := range 3 {
-		fc.client = append(fc.client, startProxy(tb, nil))
-		fc.route = append(fc.route, startProxy(tb, fc.isDead))
-		routes = append(routes, "nats-route://"+fc.route[i].addr())
+		fc.client = append(fc.client, tcpproxy.Start(tb, "", nil))
+		fc.route = append(fc.route, tcpproxy.Start(tb, "", fc.isDead))
+		routes = append(routes, "nats-route://"+fc.route[i].Addr())
 	}
 	for i := range 3 {
 		n := startServer(tb, server.Options{
 			ServerName:      fmt.Sprintf("n%d", i+1),
-			ClientAdvertise: fc.client[i].addr(),
+			ClientAdvertise: fc.client[i].Addr(),
 			StoreDir:        tb.TempDir(),
 			Cluster: server.ClusterOpts{Name: "wsgateway-test", Host: "127.0.0.1", Port: server.RANDOM_PORT,
-				Advertise: fc.route[i].addr()},
+				Advertise: fc.route[i].Addr()},
 			Routes: server.RoutesFromStr(strings.Join(routes, ",")),
 		})
 		fc.nodes = append(fc.nodes, n)
-		fc.client[i].setTarget(strings.TrimPrefix(n.ClientURL(), "nats://"))
-		fc.route[i].setTarget(n.ClusterAddr().String())
+		fc.client[i].SetTarget(strings.TrimPrefix(n.ClientURL(), "nats://"))
+		fc.route[i].SetTarget(n.ClusterAddr().String())
 	}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -187,7 +186,7 @@ func startFaultCluster(tb testing.TB) *faultCluster {
 func (fc *faultCluster) urls() string {
 	var urls []string
 	for _, p := range fc.client {
-		urls = append(urls, "nats://"+p.addr())
+		urls = append(urls, "nats://"+p.Addr())
 	}
 	return strings.Join(urls, ",")
 }
@@ -198,10 +197,10 @@ func (fc *faultCluster) crash(i int) {
 	fc.mu.Lock()
 	fc.dead[fc.nodes[i].ID()] = true
 	fc.mu.Unlock()
-	fc.client[i].cut()
-	fc.route[i].cut()
+	fc.client[i].Close()
+	fc.route[i].Close()
 	for _, p := range fc.route {
-		p.dropDead()
+		p.CutRefused()
 	}
 }
 
@@ -216,149 +215,6 @@ func (fc *faultCluster) isDead(first []byte) bool {
 		}
 	}
 	return false
-}
-
-// proxy forwards the TCP connections it accepts to a target, set once known.
-type proxy struct {
-	ln     net.Listener
-	target string
-	ready  chan struct{} // closed once target is set
-	gone   chan struct{} // closed by cut
-	once   sync.Once
-	// dead, when set, says from the first line a connection sends whether to drop it.
-	dead   func(first []byte) bool
-	mu     sync.Mutex
-	conns  map[*proxyConn]struct{}
-	cutAll bool
-	wg     sync.WaitGroup
-}
-
-type proxyConn struct {
-	in, out net.Conn
-	first   []byte // the first line in sent, once read
-}
-
-func (c *proxyConn) close() {
-	c.in.Close()
-	c.out.Close()
-}
-
-func startProxy(tb testing.TB, dead func([]byte) bool) *proxy {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	p := &proxy{ln: ln, ready: make(chan struct{}), gone: make(chan struct{}), dead: dead, conns: map[*proxyConn]struct{}{}}
-	p.wg.Add(1)
-	go p.accept()
-	tb.Cleanup(func() {
-		p.cut()
-		p.wg.Wait()
-	})
-	return p
-}
-
-func (p *proxy) setTarget(target string) {
-	p.target = target
-	close(p.ready)
-}
-
-func (p *proxy) addr() string { return p.ln.Addr().String() }
-
-func (p *proxy) accept() {
-	defer p.wg.Done()
-	for {
-		in, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		select {
-		case <-p.ready:
-		case <-p.gone:
-			in.Close()
-			return
-		}
-		out, err := net.Dial("tcp", p.target)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		c := &proxyConn{in: in, out: out}
-		p.mu.Lock()
-		if p.cutAll {
-			p.mu.Unlock()
-			c.close()
-			continue
-		}
-		p.conns[c] = struct{}{}
-		p.wg.Add(2)
-		p.mu.Unlock()
-		go p.forward(c)
-		go func() {
-			defer p.wg.Done()
-			io.Copy(in, out)
-			p.remove(c)
-		}()
-	}
-}
-
-// forward copies what c's client sends, after checking its first line.
-func (p *proxy) forward(c *proxyConn) {
-	defer p.wg.Done()
-	defer p.remove(c)
-	br := bufio.NewReader(c.in)
-	first, err := br.ReadSlice('\n')
-	if err != nil {
-		return
-	}
-	p.mu.Lock()
-	c.first = append([]byte(nil), first...)
-	drop := p.dead != nil && p.dead(c.first)
-	p.mu.Unlock()
-	if drop {
-		return
-	}
-	if _, err := c.out.Write(first); err != nil {
-		return
-	}
-	io.Copy(c.out, br)
-}
-
-func (p *proxy) remove(c *proxyConn) {
-	c.close()
-	p.mu.Lock()
-	delete(p.conns, c)
-	p.mu.Unlock()
-}
-
-// cut ends every connection and refuses new ones.
-func (p *proxy) cut() {
-	p.mu.Lock()
-	p.cutAll = true
-	conns := p.conns
-	p.conns = map[*proxyConn]struct{}{}
-	p.mu.Unlock()
-	p.once.Do(func() { close(p.gone) })
-	p.ln.Close()
-	for c := range conns {
-		c.close()
-	}
-}
-
-// dropDead ends the connections whose first line p.dead refuses.
-func (p *proxy) dropDead() {
-	p.mu.Lock()
-	var drop []*proxyConn
-	for c := range p.conns {
-		if c.first != nil && p.dead != nil && p.dead(c.first) {
-			drop = append(drop, c)
-		}
-	}
-	p.mu.Unlock()
-	for _, c := range drop {
-		c.close()
-	}
 }
 
 // openClusterStore opens a store on a cluster with replicas 3, retrying while the cluster
@@ -487,7 +343,7 @@ func TestClusterReaderLeaderCrash(t *testing.T) {
 		}
 		leader = streamLeader(t, s0, fc)
 	}
-	s := openClusterStore(t, "nats://"+fc.client[leader].addr())
+	s := openClusterStore(t, "nats://"+fc.client[leader].Addr())
 	if got, want := s.nc.ConnectedServerName(), fc.nodes[leader].Name(); got != want {
 		t.Fatalf("the store is connected to %s, want the stream leader %s", got, want)
 	}
