@@ -352,13 +352,18 @@ func TestTable(t *testing.T) {
 	for i, v := range []float64{30000, 40000} {
 		write(fmt.Sprintf("throughput.reference.%d.json", i), &report{EventsPerSec: v})
 	}
+	write("raw-jetstream.machine.1.json", &rawReport{PerSec: 100000})
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"table", dir}, &out, &errOut); code != 0 {
 		t.Fatalf("table exit %d: %s", code, errOut.String())
 	}
-	want := "| throughput, events/s delivered | 80000 (n=3) | 35000 (n=2) | 2.29× |"
-	if !strings.Contains(out.String(), want) {
-		t.Errorf("table does not contain %q:\n%s", want, out.String())
+	for _, want := range []string{
+		"| throughput, events/s delivered | 80000 (n=3) | 35000 (n=2) | 2.29× |",
+		"| raw JetStream async publishes/s | 100000 (n=1) |  | 0.80× |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table does not contain %q:\n%s", want, out.String())
+		}
 	}
 }
 
