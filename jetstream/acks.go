@@ -11,13 +11,15 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// acks receives the acknowledgements of one publisher's messages on an inbox of its own. The
+// acks receives the acknowledgements of one publisher's messages on an inbox of its own (of
+// one publisher at a time: a writer's inbox goes to another writer once released). The
 // connection's reader puts each answer straight into a channel: no request multiplexer, no
 // goroutine between the reader and the publisher, no context or timer made per publish (a
 // run's writer publishes one event at a time when its agent is slow, and every hand-off
 // shows in the delivery latency). It is not safe for concurrent use: a writer publishes one
 // message at a time.
 type acks struct {
+	s     *Store
 	nc    *nats.Conn
 	inbox string
 	ch    chan *nats.Msg // a few answers of attempts given up on fit before the current one
@@ -33,9 +35,22 @@ type pubAck struct {
 	Sequence uint64           `json:"seq"`
 }
 
-// newAcks subscribes to a new inbox. Close releases it.
+// maxIdleAcks bounds the inboxes a store keeps subscribed for its next writers.
+const maxIdleAcks = 1024
+
+// newAcks returns an inbox a writer released, or subscribes to a new one. Release hands it
+// back.
 func (s *Store) newAcks() (*acks, error) {
-	a := &acks{nc: s.nc, inbox: s.nc.NewInbox(), ch: make(chan *nats.Msg, 8)}
+	s.mu.Lock()
+	if n := len(s.idleAcks); n > 0 {
+		a := s.idleAcks[n-1]
+		s.idleAcks[n-1] = nil
+		s.idleAcks = s.idleAcks[:n-1]
+		s.mu.Unlock()
+		return a, nil
+	}
+	s.mu.Unlock()
+	a := &acks{s: s, nc: s.nc, inbox: s.nc.NewInbox(), ch: make(chan *nats.Msg, 8)}
 	sub, err := s.nc.ChanSubscribe(a.inbox+".*", a.ch)
 	if err != nil {
 		return nil, fmt.Errorf("acknowledgement inbox: %w", err)
@@ -87,9 +102,23 @@ func (a *acks) publish(ctx context.Context, msg *nats.Msg, timeout time.Duration
 	}
 }
 
-// close unsubscribes the inbox.
-func (a *acks) close() {
-	if a != nil {
-		a.sub.Unsubscribe()
+// release keeps the inbox subscribed for the store's next writer (up to maxIdleAcks of
+// them), or unsubscribes it. A subscription and its removal each cost the NATS server a walk
+// of its cache of published subjects, full of runs' subjects and reply inboxes: with an inbox
+// of its own per run, that was a fifth of the gateway's CPU when turns are short. Late
+// answers of the previous writer's abandoned attempts are told apart by their attempt number,
+// which goes on counting. release does nothing on a nil *acks.
+func (a *acks) release() {
+	if a == nil {
+		return
 	}
+	s := a.s
+	s.mu.Lock()
+	if !s.closed && len(s.idleAcks) < maxIdleAcks {
+		s.idleAcks = append(s.idleAcks, a)
+		s.mu.Unlock()
+		return
+	}
+	s.mu.Unlock()
+	a.sub.Unsubscribe()
 }

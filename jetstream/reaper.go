@@ -149,7 +149,7 @@ func (s *Store) jsSettled(ctx context.Context) bool {
 // by the subject's last sequence so that the dead producer's later appends fail.
 func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error {
 	var a *acks
-	defer func() { a.close() }()
+	defer func() { a.release() }()
 	for attempt := 0; attempt < 5; attempt++ {
 		e, err := s.meta.Get(ctx, key)
 		if errors.Is(err, natsjs.ErrKeyNotFound) {

@@ -182,10 +182,11 @@ type Store struct {
 	// spares leases that expired while their producers could not renew them.
 	answering atomic.Int64
 
-	mu      sync.Mutex
-	writers map[*Writer]struct{}
-	closed  bool
-	once    sync.Once
+	mu       sync.Mutex
+	writers  map[*Writer]struct{}
+	idleAcks []*acks // inboxes released by writers, still subscribed (acks.release)
+	closed   bool
+	once     sync.Once
 }
 
 // Open connects to NATS (starting the embedded server when cfg.URLs is empty), creates or

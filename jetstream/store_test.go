@@ -475,7 +475,7 @@ func TestPublishRetry(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.close()
+	defer a.release()
 	first, err := s.publishAfter(ctx, a, subject, 1, 0, "id-1", []byte("a"), "")
 	if err != nil {
 		t.Fatal(err)
@@ -512,7 +512,8 @@ func TestPublishRetry(t *testing.T) {
 
 // TestAcks checks the answers a publisher waits for: a subject no stream stores is refused
 // with no responders, an attempt given up on does not lend its late answer to the next one,
-// and a refusal comes back as JetStream's error.
+// a refusal comes back as JetStream's error, and a released inbox serves the next publisher
+// without its predecessor's late answers.
 func TestAcks(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	ctx := context.Background()
@@ -520,7 +521,6 @@ func TestAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer a.close()
 	msg := func(subject string) *nats.Msg {
 		m := nats.NewMsg(subject)
 		m.Data = []byte("x")
@@ -556,6 +556,29 @@ func TestAcks(t *testing.T) {
 	cancel()
 	if _, err := a.publish(cctx, msg(subject), 5*time.Second); !errors.Is(err, context.Canceled) {
 		t.Fatalf("publish with a canceled context = %v, want context.Canceled", err)
+	}
+
+	if _, err := a.publish(ctx, msg(subject), 0); err != nil && !errors.Is(err, nats.ErrTimeout) {
+		t.Fatal(err)
+	}
+	late := a.inbox + "." + strconv.FormatUint(a.n, 10)
+	a.release()
+	b, err := s.newAcks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.release()
+	if b != a {
+		t.Errorf("a released inbox was not reused: %s, then %s", a.inbox, b.inbox)
+	}
+	if err := s.nc.Publish(late, []byte(`{"stream":"x","seq":999999}`)); err != nil {
+		t.Fatal(err)
+	}
+	if seq, err = b.publish(ctx, msg(subject), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if last, err := s.stream.GetLastMsgForSubject(ctx, subject); err != nil || last.Sequence != seq {
+		t.Fatalf("the next publisher on a reused inbox: acknowledged %d, last stored %v (%v)", seq, last, err)
 	}
 }
 

@@ -175,7 +175,7 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	for purged := false; ; purged = true {
 		if existed || purged {
 			if err := s.stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
-				a.close()
+				a.release()
 				return nil, fmt.Errorf("create: purge: %w", err)
 			}
 		}
@@ -184,14 +184,14 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 			break
 		}
 		if !errors.Is(err, ErrFenced) || existed || purged {
-			a.close()
+			a.release()
 			return nil, fmt.Errorf("create: %w", err)
 		}
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		a.close()
+		a.release()
 		return nil, ErrClosed
 	}
 	s.writers[w] = struct{}{}
@@ -452,7 +452,7 @@ func (w *Writer) finish(ctx context.Context) error {
 		return fmt.Errorf("close %s: %w", w.info.RunID, ctx.Err())
 	}
 	defer w.s.forget(w)
-	defer w.acks.close()
+	defer w.acks.release()
 	if err := w.Err(); err != nil {
 		return fmt.Errorf("close %s: %w", w.info.RunID, err)
 	}
