@@ -150,6 +150,9 @@ func (srv *Server) startTurn(ts *turnSet, s, prev *slot, principal string, in *p
 		log.Warn("creating run log", slog.String(keyError, err.Error()))
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
+	ts.mu.Lock()
+	early := s.aborted // an abort that came before the run frame, or while the log opened
+	ts.mu.Unlock()
 	srv.mu.Lock()
 	t, err := turn.Start(turn.Config{
 		Input:        in,
@@ -162,6 +165,7 @@ func (srv *Server) startTurn(ts *turnSet, s, prev *slot, principal string, in *p
 		Limits:       srv.cfg.TurnLimits,
 		Context:      values,
 		OnEnd:        func(metrics.Outcome) { onEnd() },
+		Aborted:      early,
 	})
 	if err != nil {
 		srv.mu.Unlock()

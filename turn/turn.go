@@ -164,6 +164,9 @@ type Config struct {
 	// OnEnd, if set, is called once from the driver goroutine when the turn has ended and its
 	// log is closed, just before Done is closed.
 	OnEnd func(metrics.Outcome)
+	// Aborted starts the turn aborted (its abort arrived before its run frame): the log gets
+	// run.accepted then RUN_ERROR aborted, the agent never runs, nothing is delivered live.
+	Aborted bool
 }
 
 // ErrConfig reports a Config without Input, Agent or Log, or with negative limits.
@@ -235,6 +238,10 @@ func Start(cfg Config) (*Turn, error) {
 		pipe:   protocol.NewPipeline(protocol.PipelineOptions{Upgrade: true}),
 	}
 	cfg.Metrics.TurnStarted()
+	if cfg.Aborted {
+		// Before the driver starts, so that the stop wins over starting the agent.
+		t.Abort()
+	}
 	go t.drive()
 	return t, nil
 }

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -338,6 +339,39 @@ func TestStop(t *testing.T) {
 				t.Errorf("delivered %d frames, want %d: %v", len(got), wantLive, got)
 			}
 		})
+	}
+}
+
+// A turn whose abort came before its run frame stores the marker and RUN_ERROR aborted, and
+// neither runs its agent nor delivers anything live, however quick the agent would be.
+func TestStartAborted(t *testing.T) {
+	store := openStore(t)
+	ctx := context.Background()
+	w, err := store.Create(ctx, principal, "aborted-early", "t1")
+	if err != nil {
+		t.Fatalf("Create() = %v", err)
+	}
+	sk := newSink()
+	var ran atomic.Bool
+	agent := agentFunc(func(ctx context.Context, emit func([]byte) error) error {
+		ran.Store(true)
+		return emitAll(emit, `{"type":"RUN_STARTED","threadId":"t1","runId":"aborted-early"}`,
+			`{"type":"RUN_FINISHED","threadId":"t1","runId":"aborted-early"}`)
+	})
+	tr, err := turn.Start(turn.Config{Input: input(t, "aborted-early"), Agent: agent, Log: w, Sink: sk, Aborted: true})
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	tr.Wait(ctx)
+	_, events := parseEnvelopes(t, readLog(t, store, "aborted-early"))
+	if got, want := typesOf(events), "CUSTOM:run.accepted RUN_ERROR:"+turn.CodeAborted; got != want {
+		t.Errorf("log = %s, want %s", got, want)
+	}
+	if ran.Load() {
+		t.Error("the agent ran")
+	}
+	if got := sk.snapshot(); len(got) != 0 {
+		t.Errorf("delivered %v, want nothing", got)
 	}
 }
 
