@@ -277,6 +277,17 @@ func (f *follower) got() []Entry {
 	return append([]Entry(nil), f.entries...)
 }
 
+// waitFor waits until the follower holds n entries, and reports whether it did before until.
+func (f *follower) waitFor(n int, until time.Time) bool {
+	for len(f.got()) < n {
+		if time.Now().After(until) {
+			return false
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return true
+}
+
 // stop closes the reader and waits for Next to return.
 func (f *follower) stop() {
 	f.r.Close()
@@ -403,11 +414,8 @@ func TestClusterReaderLeaderCrash(t *testing.T) {
 	t.Logf("every event stored %v after the crash", time.Since(crashed).Round(time.Millisecond))
 	deadline := time.Now().Add(60 * time.Second)
 	for i, f := range readers {
-		for len(f.got()) < total && time.Now().Before(deadline) {
-			time.Sleep(10 * time.Millisecond)
-		}
-		if got := len(f.got()); got < total {
-			t.Errorf("reader %d: %d of %d events %v after the crash", i, got, total, time.Since(crashed).Round(time.Second))
+		if !f.waitFor(total, deadline) {
+			t.Errorf("reader %d: %d of %d events %v after the crash", i, len(f.got()), total, time.Since(crashed).Round(time.Second))
 		}
 	}
 	if t.Failed() {
@@ -438,8 +446,8 @@ func TestClusterReaderCloseWhileFollowing(t *testing.T) {
 	}
 	f := startFollower(r)
 	defer f.stop()
-	for len(f.got()) < 1 {
-		time.Sleep(10 * time.Millisecond)
+	if !f.waitFor(1, time.Now().Add(30*time.Second)) {
+		t.Fatal("the reader got no event in 30s")
 	}
 	host := -1
 	for i, n := range fc.nodes {

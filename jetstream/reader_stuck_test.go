@@ -29,8 +29,8 @@ func TestReaderReplacesStuckConsumer(t *testing.T) {
 	}
 	f := startFollower(r)
 	defer f.stop()
-	for len(f.got()) < 2 {
-		time.Sleep(10 * time.Millisecond)
+	if !f.waitFor(2, time.Now().Add(30*time.Second)) {
+		t.Fatalf("the reader got %d of 2 events in 30s", len(f.got()))
 	}
 	var names []string
 	consumers := s.stream.ListConsumers(ctx)
