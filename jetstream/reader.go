@@ -219,14 +219,14 @@ const readerInactiveThreshold = 15 * time.Second
 // messages the consumer missed.
 const readerIdle = 5 * time.Second
 
-// readerPull returns the expiry and idle heartbeat of a Reader's pull requests for idle, the
-// Reader's silence bound: the heartbeat is short enough that two missed ones, after which
-// nats.go reports a dead consumer, fit in half of it (within nats.go's limits: expiry at
-// least 1s, heartbeat from 500ms to 30s and at most half the expiry).
-func readerPull(idle time.Duration) (natsjs.PullExpiry, natsjs.PullHeartbeat) {
-	hb := min(max(idle/4, 500*time.Millisecond), 30*time.Second)
-	return natsjs.PullExpiry(max(idle, 2*hb)), natsjs.PullHeartbeat(hb)
-}
+// The pull requests of a Reader's consumer: they expire after readerIdle, and an idle one
+// carries a heartbeat every quarter of it, so that two missed heartbeats, after which nats.go
+// reports a dead consumer, fit in half of the silence bound (nats.go wants an expiry of at
+// least 1s and a heartbeat from 500ms to 30s, at most half the expiry).
+const (
+	readerPullExpiry    = natsjs.PullExpiry(readerIdle)
+	readerPullHeartbeat = natsjs.PullHeartbeat(readerIdle / 4)
+)
 
 // Backoff between attempts to create a Reader's consumer.
 const (
@@ -279,8 +279,7 @@ func (r *Reader) subscribe(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	expiry, hb := readerPull(readerIdle)
-	it, err := cons.Messages(expiry, hb)
+	it, err := cons.Messages(readerPullExpiry, readerPullHeartbeat)
 	if err != nil {
 		return err
 	}
