@@ -14,6 +14,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wsgateway/wsgateway/conversation"
+	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -343,7 +344,7 @@ type failingReads struct {
 	reads atomic.Int32
 }
 
-func (f *failingReads) Read(ctx context.Context, principal, runID, after string) (conversation.Reader, error) {
+func (f *failingReads) Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error) {
 	f.reads.Add(1)
 	return nil, errors.New("read: nats: timeout")
 }

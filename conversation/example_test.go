@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/conversation/jsstore"
 	"github.com/wsgateway/wsgateway/heartbeat"
 	"github.com/wsgateway/wsgateway/jetstream"
 )
@@ -22,7 +21,7 @@ func Example() {
 	}
 	defer store.Close()
 	srv, err := conversation.New(conversation.Config{
-		Store:     jsstore.New(store),
+		Store:     store,
 		Agent:     testAgent{},
 		Heartbeat: heartbeat.Config{Interval: 30 * time.Second, IdleTimeout: 5 * time.Minute},
 	})

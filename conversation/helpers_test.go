@@ -19,7 +19,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/conversation/jsstore"
 	"github.com/wsgateway/wsgateway/heartbeat"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
@@ -168,7 +167,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.heartbeat.Interval == 0 {
 		o.heartbeat.Interval = time.Hour // tests that count frames see no pings
 	}
-	var cs conversation.Store = jsstore.New(store)
+	var cs conversation.Store = store
 	if o.wrap != nil {
 		cs = o.wrap(cs)
 	}

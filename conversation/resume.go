@@ -9,6 +9,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -125,13 +126,13 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 				return metrics.ResumeInterrupted
 			}
 		}
-		var r Reader
+		var r *jetstream.Reader
 		r, err = srv.cfg.Store.Read(ctx, principal, runID, after)
 		switch {
 		case err == nil:
-		case errors.Is(err, ErrInvalidOffset):
+		case errors.Is(err, jetstream.ErrInvalidOffset):
 			return metrics.ResumeBadRequest
-		case errors.Is(err, ErrUnknownRun):
+		case errors.Is(err, jetstream.ErrUnknownRun):
 			return metrics.ResumeUnknownRun
 		case ctx.Err() != nil:
 			return metrics.ResumeInterrupted
@@ -160,19 +161,19 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 // forward sends r's events until the log's end (done) or an error, and returns the offset
 // of the last event sent (after, when none was); sendFailed tells a send error from a read
 // error.
-func forward(ctx context.Context, r Reader, after string, send func(context.Context, string, []byte) error) (last string, done, sendFailed bool, err error) {
+func forward(ctx context.Context, r *jetstream.Reader, after string, send func(context.Context, string, []byte) error) (last string, done, sendFailed bool, err error) {
 	last = after
 	for {
-		off, ev, err := r.Next(ctx)
+		e, err := r.Next(ctx)
 		if errors.Is(err, io.EOF) {
 			return last, true, false, nil
 		}
 		if err != nil {
 			return last, false, false, err
 		}
-		if err := send(ctx, off, ev); err != nil {
+		if err := send(ctx, e.Offset, e.Event); err != nil {
 			return last, false, true, err
 		}
-		last = off
+		last = e.Offset
 	}
 }

@@ -13,34 +13,21 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wsgateway/wsgateway/heartbeat"
+	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/turn"
 )
 
-// Store is the run log store, as seen by sockets. Implementations wrap their errors so that
-// errors.Is matches ErrForbidden, ErrUnknownRun and ErrInvalidOffset.
+// Store is the run log store, as sockets and HTTP streams use it: *jetstream.Store. Its
+// errors are jetstream's (ErrForbidden, ErrUnknownRun, ErrInvalidOffset, matched with
+// errors.Is).
 type Store interface {
 	// Create starts (or, for the same principal, restarts) the log of runID.
-	Create(ctx context.Context, principal, runID, threadID string) (turn.Log, error)
+	Create(ctx context.Context, principal, runID, threadID string) (*jetstream.Writer, error)
 	// Read opens runID's log strictly after the offset after (a minted offset, "-1" or
 	// "now").
-	Read(ctx context.Context, principal, runID, after string) (Reader, error)
+	Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error)
 }
-
-// Reader reads one run's log in order.
-type Reader interface {
-	// Next returns the next event and its offset; io.EOF once the log is closed.
-	Next(ctx context.Context) (offset string, event []byte, err error)
-	// Close releases the reader; it may be called while Next blocks.
-	Close() error
-}
-
-// Errors a Store reports (wrapped).
-var (
-	ErrForbidden     = errors.New("conversation: run belongs to another principal")
-	ErrUnknownRun    = errors.New("conversation: unknown or expired run")
-	ErrInvalidOffset = errors.New("conversation: invalid offset")
-)
 
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("conversation: invalid config")

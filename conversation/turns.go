@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/turn"
@@ -143,7 +144,7 @@ func (srv *Server) startTurn(ts *turnSet, s, prev *slot, principal string, in *p
 	runLog, err := srv.cfg.Store.Create(srv.ctx, principal, in.RunID, in.ThreadID)
 	if err != nil {
 		onEnd()
-		if errors.Is(err, ErrForbidden) {
+		if errors.Is(err, jetstream.ErrForbidden) {
 			log.Info("run refused: another principal's runId")
 			return nil, protocol.AppendRunError(nil, msgForbidden, CodeForbidden)
 		}

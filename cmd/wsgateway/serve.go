@@ -22,7 +22,6 @@ import (
 
 	"github.com/wsgateway/wsgateway/agent/demo"
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/conversation/jsstore"
 	"github.com/wsgateway/wsgateway/heartbeat"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
@@ -159,7 +158,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		QueueBytes:     int(cfg.queueBytes),
 		EarlyAborts:    cfg.earlyAborts,
 		EarlyAbortTTL:  cfg.earlyAbortTTL,
-		Store:          jsstore.New(store),
+		Store:          store,
 		Agent:          agent,
 		TurnLimits:     runLimits(cfg),
 		TurnContext:    clientHeaders(cfg.agentForward),
