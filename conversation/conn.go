@@ -105,9 +105,14 @@ func (c *conn) attrs() []slog.Attr {
 	return []slog.Attr{slog.String(keyKind, string(c.kind())), slog.String(keyRemote, c.remote)}
 }
 
-// Deliver queues a turn's frame without blocking (turn.Sink). A frame that does not fit
-// closes the socket 1013 "slow consumer"; the turn is unaffected.
-func (c *conn) Deliver(data []byte, emitted time.Time) {
+// Deliver queues a turn's event as an envelope {"id":offset,"chunk":event}, or a bare event
+// as it is, without blocking (turn.Sink). A frame that does not fit closes the socket 1013
+// "slow consumer"; the turn is unaffected.
+func (c *conn) Deliver(offset string, event []byte, emitted time.Time) {
+	data := event
+	if offset != "" {
+		data = protocol.AppendEnvelope(make([]byte, 0, len(event)+len(offset)+20), offset, event)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {

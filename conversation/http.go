@@ -135,7 +135,7 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	st := h.newStream(w, r, log)
 	defer st.close()
 	if err != nil {
-		st.push(protocol.AppendRunError(nil, err.Error(), CodeInvalidInput), time.Time{})
+		st.pushBare(protocol.AppendRunError(nil, err.Error(), CodeInvalidInput))
 		st.end()
 		st.writeLoop(r.Context())
 		return
@@ -183,7 +183,7 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 	t, failure := srv.startTurn(&srv.httpTurns, s, prev, principal, in, srv.turnContext(r), st, st.log, func() { srv.httpTurns.remove(s) })
 	if t == nil {
 		if failure != nil {
-			st.push(failure, time.Time{})
+			st.pushBare(failure)
 		}
 		st.end()
 		st.writeLoop(r.Context())
@@ -359,15 +359,6 @@ func (st *httpStream) overflowAt() (string, bool) {
 	return st.last, st.overflow
 }
 
-// frameOf frames one gateway frame (an envelope or a bare event) for the response.
-func (st *httpStream) frameOf(data []byte) ([]byte, string, error) {
-	sf, err := protocol.DecodeServerFrame(data)
-	if err != nil {
-		return nil, "", err
-	}
-	return st.format(sf.Offset, sf.Event), sf.Offset, nil
-}
-
 // format frames an event; offset "" means a bare event.
 func (st *httpStream) format(offset string, event []byte) []byte {
 	if st.framing == NDJSON {
@@ -392,12 +383,8 @@ func (st *httpStream) format(offset string, event []byte) []byte {
 
 // Deliver queues a live frame of the turn without blocking (turn.Sink). A frame that does
 // not fit stops live delivery: the rest of the turn is then read from its log.
-func (st *httpStream) Deliver(data []byte, emitted time.Time) {
-	b, offset, err := st.frameOf(data)
-	if err != nil {
-		st.log.Error("undecodable turn frame", slog.String(keyError, err.Error()))
-		return
-	}
+func (st *httpStream) Deliver(offset string, event []byte, emitted time.Time) {
+	b := st.format(offset, event)
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.overflow || st.ended || st.dead {
@@ -416,15 +403,11 @@ func (st *httpStream) Deliver(data []byte, emitted time.Time) {
 	}
 }
 
-// push queues a frame regardless of the caps (the one bare event of a failed start).
-func (st *httpStream) push(data []byte, emitted time.Time) {
-	b, _, err := st.frameOf(data)
-	if err != nil {
-		st.log.Error("undecodable frame", slog.String(keyError, err.Error()))
-		return
-	}
+// pushBare queues a bare event regardless of the caps (the one event of a failed start).
+func (st *httpStream) pushBare(event []byte) {
+	b := st.format("", event)
 	st.mu.Lock()
-	st.pushLocked(frame{data: b, emitted: emitted})
+	st.pushLocked(frame{data: b})
 	st.mu.Unlock()
 }
 

@@ -66,13 +66,13 @@ func (c *conn) handle(data []byte) {
 		c.srv.cfg.Metrics.FrameDropped(metrics.DropNotJSON)
 		c.logAttrs(slog.LevelDebug, "dropped a frame that is not JSON", slog.Int(keyBytes, len(data)))
 	case err != nil:
-		c.Deliver(protocol.AppendRunError(nil, err.Error(), CodeInvalidInput), time.Time{})
+		c.Deliver("", protocol.AppendRunError(nil, err.Error(), CodeInvalidInput), time.Time{})
 	case f.Kind == protocol.FrameAbort:
 		c.abort(f.RunID)
 	case f.Kind == protocol.FrameRun:
 		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
 			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
-			c.Deliver(protocol.AppendRunError(nil, MsgRunFrameRate, CodeLimitExceeded), time.Time{})
+			c.Deliver("", protocol.AppendRunError(nil, MsgRunFrameRate, CodeLimitExceeded), time.Time{})
 			return
 		}
 		c.run(f.Input)
@@ -94,7 +94,7 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 	if s == nil {
 		c.srv.startWG.Done()
 		c.logAttrs(slog.LevelDebug, "run frame refused: max-socket-turns", slog.String(keyRunID, in.RunID))
-		c.Deliver(protocol.AppendRunError(nil, MsgTooManyTurns, CodeLimitExceeded), time.Time{})
+		c.Deliver("", protocol.AppendRunError(nil, MsgTooManyTurns, CodeLimitExceeded), time.Time{})
 		return
 	}
 	c.hb.TurnStarted()
@@ -106,7 +106,7 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 func (c *conn) start(s, prev *slot, in *protocol.RunAgentInput) {
 	_, failure := c.srv.startTurn(&c.turns, s, prev, c.principal, in, c.turnCtx, c, c.logger(), func() { c.endSlot(s) })
 	if failure != nil {
-		c.Deliver(failure, time.Time{})
+		c.Deliver("", failure, time.Time{})
 	}
 }
 

@@ -6,8 +6,7 @@
 //     asked for anything, so a joiner never finds an empty log;
 //  2. runs the agent; every event it emits goes through the protocol pipeline (legacy upgrade,
 //     schema, chunk expansion, verification), is appended to the log and, once stored, is
-//     delivered to the sink as an envelope {"id":offset,"chunk":event}, in order
-//     (persist before deliver);
+//     delivered to the sink with its offset, in order (persist before deliver);
 //  3. when the agent's stream ends (not at the first RUN_FINISHED), appends the terminal the
 //     protocol demands: nothing if the sequence is terminated, else RUN_ERROR with code
 //     incomplete, agent_error, protocol_violation, limit_exceeded, aborted (Abort) or
@@ -32,9 +31,12 @@
 // three events can take the run two events past MaxEvents. An agent that emits nothing for
 // Limits.IdleTimeout is cancelled, and the turn ends the same way.
 //
-// A Turn never blocks on its sink: Sink.Deliver must not block, and the log is the buffer.
-// The socket going away does not stop the turn; Detach only stops live delivery. After Abort
-// nothing more is delivered live.
+// Live delivery runs on the log's writer goroutine: the callback that learns an event is
+// stored calls Sink.Deliver, so that an event reaches its socket without a hand-off. That
+// goroutine also commits the run's next batch, so Deliver must not block and its work must
+// be bounded (the sinks frame the event and queue it); the log is the buffer. A detached
+// turn (no sink) does no delivery work at all. The socket going away does not stop the turn;
+// Detach only stops live delivery. After Abort nothing more is delivered live.
 //
 // The Turn owns two goroutines, its driver and the agent's; Done is closed when both have
 // returned and the log is closed. Agents must return soon after their context is cancelled.
@@ -73,11 +75,13 @@ type Agent interface {
 	Run(ctx context.Context, in *protocol.RunAgentInput, emit func(event []byte) error) error
 }
 
-// Sink receives the frames of a turn for its socket.
+// Sink receives a turn's events for its socket or stream, which frames them its own way.
 type Sink interface {
-	// Deliver queues a text frame; emitted is when the agent emitted the event (for the
-	// delivery latency). It must not block.
-	Deliver(frame []byte, emitted time.Time)
+	// Deliver queues one event: offset is where the log stored it, "" for a bare event the
+	// gateway sends without storing it (RUN_ERROR log_unavailable). emitted is when the agent
+	// emitted the event (for the delivery latency). It runs on the log's writer goroutine
+	// (see the package doc): it must not block, and its work must be bounded.
+	Deliver(offset string, event []byte, emitted time.Time)
 }
 
 // Errors returned by the emit function an Agent is given.
@@ -293,12 +297,12 @@ func (t *Turn) Outcome() metrics.Outcome {
 	return t.outcome
 }
 
-func (t *Turn) deliver(frame []byte, emitted time.Time) {
+func (t *Turn) deliver(offset string, event []byte, emitted time.Time) {
 	t.sinkMu.Lock()
 	s := t.sink
 	t.sinkMu.Unlock()
 	if s != nil {
-		s.Deliver(frame, emitted)
+		s.Deliver(offset, event, emitted)
 	}
 }
 
@@ -323,7 +327,7 @@ func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<-
 			t.fail(err)
 		} else {
 			t.cfg.Metrics.EventAppended(time.Since(emitted))
-			t.deliver(protocol.AppendEnvelope(nil, offset, data), emitted)
+			t.deliver(offset, data, emitted)
 		}
 		if stored != nil {
 			stored <- err
@@ -396,7 +400,7 @@ func (t *Turn) drive() {
 	}
 	if !terminalStored {
 		outcome = metrics.OutcomeLogFailed
-		t.deliver(protocol.AppendRunError(nil, MsgLogUnavailable, CodeLogUnavailable), time.Now())
+		t.deliver("", protocol.AppendRunError(nil, MsgLogUnavailable, CodeLogUnavailable), time.Now())
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
 	defer ccancel()

@@ -64,7 +64,12 @@ type sink struct {
 
 func newSink() *sink { return &sink{notify: make(chan struct{}, 1)} }
 
-func (s *sink) Deliver(frame []byte, _ time.Time) {
+// Deliver records the event as a socket frames it: an envelope, or the bare event.
+func (s *sink) Deliver(offset string, event []byte, _ time.Time) {
+	frame := event
+	if offset != "" {
+		frame = protocol.AppendEnvelope(nil, offset, event)
+	}
 	s.mu.Lock()
 	s.frames = append(s.frames, string(frame))
 	s.mu.Unlock()
