@@ -1,8 +1,11 @@
 package conversation
 
 import (
+	"errors"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/heartbeat"
 )
 
 func TestTokenBucket(t *testing.T) {
@@ -38,23 +41,47 @@ func TestTokenBucket(t *testing.T) {
 	}
 }
 
-func TestTurnSetMax(t *testing.T) {
-	var ts turnSet
-	a, _ := ts.add("a", time.Second, 2)
-	if b, _ := ts.add("b", time.Second, 2); a == nil || b == nil {
-		t.Fatal("add under the cap refused")
+func TestRegistryMaxTurns(t *testing.T) {
+	w, err := heartbeat.New(heartbeat.Config{Interval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if c, _ := ts.add("c", time.Second, 2); c != nil {
-		t.Error("a third key added with max 2")
+	defer w.Close()
+	c1, c2 := &conn{}, &conn{}
+	c1.hb, c2.hb = w.Add(c1), w.Add(c2)
+	var r registry
+	add := func(c *conn, id string) (*slot, *slot, error) { return r.add(runKey{"p", id}, c, 2, time.Second) }
+
+	a, _, errA := add(c1, "a")
+	_, _, errB := add(c1, "b")
+	if errA != nil || errB != nil {
+		t.Fatalf("add under the cap = %v, %v", errA, errB)
 	}
-	if a2, prev := ts.add("a", time.Second, 2); a2 == nil || prev != a {
-		t.Errorf("resubmit of a at the cap = %v, %v; want a new slot replacing a", a2, prev)
+	if _, _, err := add(c1, "c"); !errors.Is(err, errTooManyTurns) {
+		t.Errorf("a third key of one socket with max 2 = %v, want errTooManyTurns", err)
 	}
-	ts.remove(a) // replaced already: nothing happens
-	if c, _ := ts.add("c", time.Second, 2); c != nil {
+	a2, prev, err := add(c1, "a")
+	if err != nil || prev != a {
+		t.Errorf("resubmit of a at the cap = %v, %v; want a new slot replacing a", prev, err)
+	}
+	r.end(a) // replaced already: the socket still holds a and b
+	if _, _, err := add(c1, "c"); err == nil {
 		t.Error("c added while a and b still run")
 	}
-	if h, _ := ts.add("h", time.Second, 0); h == nil {
-		t.Error("max 0 (no cap) refused")
+	if _, _, err := add(c2, "c"); err != nil {
+		t.Errorf("another socket's first key = %v, want it added", err)
+	}
+	if _, _, err := r.add(runKey{"p", "h"}, nil, 0, 0); err != nil {
+		t.Errorf("an HTTP turn (no owner, no cap) = %v", err)
+	}
+	if _, prev, err := add(c2, "a"); err != nil || prev != a2 {
+		t.Errorf("resubmit of a from another socket = %v, %v; want it to replace a", prev, err)
+	}
+	if _, _, err := add(c1, "d"); err != nil {
+		t.Errorf("after its turn a moved to another socket, the first one's new key = %v", err)
+	}
+	r.close()
+	if _, _, err := add(c2, "e"); !errors.Is(err, errClosing) {
+		t.Errorf("add after close = %v, want errClosing", err)
 	}
 }

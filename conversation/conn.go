@@ -63,7 +63,9 @@ type conn struct {
 	// each batch of queued frames with one system call per batchBufferSize bytes.
 	out *batchConn
 
-	turns     turnSet         // conversation sockets only
+	// Conversation sockets only. turnCount and early are guarded by the registry's mu.
+	turnCount int             // keys of the registry whose slot this socket owns
+	early     earlyAborts     // aborts that came before their run frame
 	runFrames tokenBucket     // run frames taken (Config.RunFrameRate); reader only
 	turnCtx   context.Context // values for its turns' agents (Config.TurnContext); nil: none
 }

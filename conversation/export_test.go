@@ -8,10 +8,9 @@ func (s *Server) HeldPrincipals() int {
 	return len(s.held)
 }
 
-// RunningTurns returns how many turns run; a turn leaves the count after its socket forgot
-// it.
+// RunningTurns returns how many turns run or start; a turn leaves the count once it ended.
 func (s *Server) RunningTurns() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return len(s.turns)
+	s.turns.mu.Lock()
+	defer s.turns.mu.Unlock()
+	return len(s.turns.slots)
 }

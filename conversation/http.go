@@ -173,14 +173,14 @@ func (s *Server) originAllowed(r *http.Request) bool {
 // live starts the turn of in, streams it live and, if live delivery overflowed, from the log.
 func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in *protocol.RunAgentInput) {
 	srv := h.srv
-	if !srv.beginStart() {
+	s, prev, err := srv.turns.add(runKey{principal, in.RunID}, nil, 0, 0)
+	if err != nil {
 		st.endWith(metrics.ResumeInterrupted) // shutting down: 503, the client retries elsewhere
 		st.writeLoop(r.Context())
 		return
 	}
 	st.open()
-	s, prev := srv.httpTurns.add(principal+"\x00"+in.RunID, srv.cfg.EarlyAbortTTL, 0)
-	t, failure := srv.startTurn(&srv.httpTurns, s, prev, principal, in, srv.turnContext(r), st, st.log, func() { srv.httpTurns.remove(s) })
+	t, failure := srv.startTurn(turnRequest{slot: s, prev: prev, in: in, values: srv.turnContext(r), sink: st, log: st.log})
 	if t == nil {
 		if failure != nil {
 			st.pushBare(failure)
@@ -207,12 +207,12 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 			srv.replay(st.replayCtx(ctx), principal, in.RunID, after, st.log, nil, st.send)
 		}
 	}()
-	err := st.writeLoop(ctx)
+	err = st.writeLoop(ctx)
 	cancel()
 	wg.Wait()
 	t.Detach() // the turn goes on into its log only
 	if err != nil && srv.cfg.AbortOnDisconnect {
-		srv.httpTurns.abortSlot(s)
+		srv.turns.abortSlot(s)
 	}
 }
 

@@ -28,7 +28,7 @@ func (c *conn) serveConversation() {
 		case err != nil:
 			c.logEnd(err)
 			if c.srv.cfg.AbortOnDisconnect {
-				c.turns.abortAll()
+				c.srv.turns.abortOwned(c)
 			}
 			c.finish()
 			c.srv.ended(c)
@@ -79,41 +79,34 @@ func (c *conn) handle(data []byte) {
 	}
 }
 
-// abort stops the turn of runID, or remembers the abort until its run frame arrives.
+// abort stops the principal's turn of runID, or remembers the abort until its run frame
+// arrives.
 func (c *conn) abort(runID string) {
-	c.turns.abort(runID, c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL)
+	c.srv.turns.abort(runKey{c.principal, runID}, c, c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL)
 }
 
 // run starts a turn for a valid run frame. Log creation blocks, so it happens on a goroutine
 // owned by the Server (turns outlive sockets); frames after this one are read meanwhile.
 func (c *conn) run(in *protocol.RunAgentInput) {
-	if !c.srv.beginStart() {
-		return // shutting down: the socket is closing 1012
-	}
-	s, prev := c.turns.add(in.RunID, c.srv.cfg.EarlyAbortTTL, c.srv.cfg.MaxTurnsPerSocket)
-	if s == nil {
-		c.srv.startWG.Done()
+	s, prev, err := c.srv.turns.add(runKey{c.principal, in.RunID}, c, c.srv.cfg.MaxTurnsPerSocket, c.srv.cfg.EarlyAbortTTL)
+	switch {
+	case errors.Is(err, errClosing):
+		return // the socket is closing 1012
+	case err != nil:
 		c.logAttrs(slog.LevelDebug, "run frame refused: max-socket-turns", slog.String(keyRunID, in.RunID))
 		c.Deliver("", protocol.AppendRunError(nil, MsgTooManyTurns, CodeLimitExceeded), time.Time{})
 		return
 	}
 	c.hb.TurnStarted()
-	go c.start(s, prev, in)
+	go c.start(turnRequest{slot: s, prev: prev, in: in, values: c.turnCtx, sink: c, log: c.logger()})
 }
 
 // start starts the turn of a run frame through the Server's one turn-starting path, and
 // answers a turn that could not start with its bare RUN_ERROR.
-func (c *conn) start(s, prev *slot, in *protocol.RunAgentInput) {
-	_, failure := c.srv.startTurn(&c.turns, s, prev, c.principal, in, c.turnCtx, c, c.logger(), func() { c.endSlot(s) })
-	if failure != nil {
+func (c *conn) start(req turnRequest) {
+	if _, failure := c.srv.startTurn(req); failure != nil {
 		c.Deliver("", failure, time.Time{})
 	}
-}
-
-// endSlot forgets a slot whose turn ended (or never started).
-func (c *conn) endSlot(s *slot) {
-	c.turns.remove(s)
-	c.hb.TurnEnded()
 }
 
 // tokenBucket limits a rate of events: tokens fill at a rate per second up to a burst, and

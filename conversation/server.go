@@ -135,14 +135,11 @@ type Server struct {
 	closing  bool
 	conns    map[*conn]struct{}
 	streams  map[*httpStream]struct{}
-	turns    map[*turn.Turn]struct{}
 	connWG   sync.WaitGroup // socket and HTTP handlers
-	startWG  sync.WaitGroup // run frames being started
-	turnWG   sync.WaitGroup // running turns
 	shutOnce sync.Once
 	shutDone chan struct{}
 
-	httpTurns turnSet // turns started over HTTP, keyed by principal and runId
+	turns registry // every turn, from its run frame to its end
 
 	// held counts the sockets and HTTP streams of each principal that holds any
 	// (Config.MaxSocketsPerPrincipal): one entry per principal, none per socket.
@@ -217,7 +214,6 @@ func New(cfg Config) (*Server, error) {
 		cancel:   cancel,
 		conns:    make(map[*conn]struct{}),
 		streams:  make(map[*httpStream]struct{}),
-		turns:    make(map[*turn.Turn]struct{}),
 		shutDone: make(chan struct{}),
 		held:     make(map[string]int),
 	}, nil
@@ -361,6 +357,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	var err error
 	s.shutOnce.Do(func() {
 		defer close(s.shutDone)
+		s.turns.close()
 		s.mu.Lock()
 		s.closing = true
 		conns := make([]*conn, 0, len(s.conns))
@@ -378,16 +375,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		for _, st := range streams {
 			st.shutdown()
 		}
-		if !waitCtx(ctx, &s.startWG) || !waitCtx(ctx, &s.turnWG) {
+		if !waitCtx(ctx, &s.turns.wg) {
 			err = ctx.Err()
-			s.cancel()
-			s.startWG.Wait()
-			s.mu.Lock()
-			for t := range s.turns {
-				t.Shutdown()
-			}
-			s.mu.Unlock()
-			s.turnWG.Wait()
+			s.cancel() // log creations and resubmit waits end at once
+			s.turns.stop()
+			s.turns.wg.Wait()
 		}
 		s.connWG.Wait()
 		s.cancel()
@@ -421,16 +413,5 @@ func (s *Server) beginConn() bool {
 		return false
 	}
 	s.connWG.Add(1)
-	return true
-}
-
-// beginStart registers a run being started; it fails once Shutdown has begun.
-func (s *Server) beginStart() bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closing {
-		return false
-	}
-	s.startWG.Add(1)
 	return true
 }

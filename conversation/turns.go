@@ -27,123 +27,188 @@ const (
 	MsgRunFrameRate = "run-frame-rate: too many run frames per second on this socket"
 )
 
-// slot is a runId's place in a turnSet, from its run frame (or POST) to its turn's end.
-// Guarded by the set's mu except ready.
+// runKey names a run in the registry: a runId belongs to one principal.
+type runKey struct{ principal, runID string }
+
+// slot is a run's place in the registry, from its run frame (or POST) to its turn's end.
+// Its fields but key, owner and ready are guarded by the registry's mu.
 type slot struct {
-	key     string
+	key     runKey
+	owner   *conn         // the conversation socket whose run frame started it; nil over HTTP
 	ready   chan struct{} // closed once the turn started, or failed to
 	turn    *turn.Turn    // nil until started; stays nil if it could not start
 	aborted bool          // an abort arrived
 }
 
-// turnSet is the turns of one scope, keyed by runId: a conversation socket's, or the HTTP
-// transport's (keyed by principal and runId). It implements the resubmit rule (a runId
-// started again aborts its running turn first) and remembers early aborts.
-type turnSet struct {
-	mu    sync.Mutex
-	slots map[string]*slot
-	early earlyAborts
+// registry is the Server's one record of turns, keyed by principal and runId, whatever
+// transport started them: a slot lives from its run frame (or POST) to its turn's end. It
+// implements the resubmit rule (a runId started again aborts its running turn first), lets
+// an abort of the principal reach the turn from any socket, counts each conversation
+// socket's turns (Config.MaxTurnsPerSocket) and keeps its early aborts, and lets Shutdown
+// wait for every turn and stop the rest.
+type registry struct {
+	mu       sync.Mutex
+	slots    map[runKey]*slot
+	closing  bool // Shutdown began: no new slot
+	stopping bool // Shutdown stops turns: one that starts now is stopped at once
+	wg       sync.WaitGroup
 }
+
+// Errors of registry.add.
+var (
+	errClosing      = errors.New("conversation: shutting down")
+	errTooManyTurns = errors.New("conversation: too many turns on the socket")
+)
 
 // add registers a slot for key and returns it with the slot it replaces (a resubmit), if
-// any. An abort of key remembered younger than ttl marks the new slot aborted. With max > 0,
-// a new key when the set holds max slots is refused: add returns nil, nil.
-func (ts *turnSet) add(key string, ttl time.Duration, max int) (s, prev *slot) {
-	ts.mu.Lock()
-	defer ts.mu.Unlock()
-	if ts.slots == nil {
-		ts.slots = make(map[string]*slot)
+// any. owner, the conversation socket of the run frame (nil over HTTP), may hold at most max
+// keys: a new key beyond is refused with errTooManyTurns. An abort of the key that owner
+// remembers younger than ttl marks the new slot aborted. Once Shutdown began, add fails with
+// errClosing.
+func (r *registry) add(key runKey, owner *conn, max int, ttl time.Duration) (s, prev *slot, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return nil, nil, errClosing
 	}
-	prev = ts.slots[key]
-	if prev == nil && max > 0 && len(ts.slots) >= max {
-		return nil, nil
+	prev = r.slots[key]
+	if owner != nil && (prev == nil || prev.owner != owner) && owner.turnCount >= max {
+		return nil, nil, errTooManyTurns
 	}
-	s = &slot{key: key, ready: make(chan struct{})}
-	s.aborted = ts.early.take(key, time.Now(), ttl)
-	ts.slots[key] = s
-	return s, prev
+	if r.slots == nil {
+		r.slots = make(map[runKey]*slot)
+	}
+	s = &slot{key: key, owner: owner, ready: make(chan struct{})}
+	if owner != nil {
+		s.aborted = owner.early.take(key.runID, time.Now(), ttl)
+	}
+	r.count(prev, -1)
+	r.count(s, 1)
+	r.slots[key] = s
+	r.wg.Add(1)
+	return s, prev, nil
 }
 
-// abort stops the turn of key, or remembers the abort (bounded by max and ttl) until its
-// slot is added.
-func (ts *turnSet) abort(key string, max int, ttl time.Duration) {
-	ts.mu.Lock()
-	s := ts.slots[key]
+// count adds d to the turns of s's owner. r.mu is held.
+func (r *registry) count(s *slot, d int) {
+	if s != nil && s.owner != nil {
+		s.owner.turnCount += d
+	}
+}
+
+// end forgets a slot whose turn ended (or never started); it is a slot's last step.
+func (r *registry) end(s *slot) {
+	r.mu.Lock()
+	if r.slots[s.key] == s {
+		delete(r.slots, s.key)
+		r.count(s, -1)
+	}
+	r.mu.Unlock()
+	if s.owner != nil {
+		s.owner.hb.TurnEnded()
+	}
+	r.wg.Done()
+}
+
+// abort stops the turn of key, now or as soon as it starts. Without one, from is the socket
+// of the abort frame (nil over HTTP): it remembers the abort (Config.EarlyAborts, of age
+// Config.EarlyAbortTTL) until its run frame arrives.
+func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) {
+	r.mu.Lock()
+	s := r.slots[key]
 	if s == nil {
-		ts.early.add(key, time.Now(), max, ttl)
-		ts.mu.Unlock()
+		if from != nil {
+			from.early.add(key.runID, time.Now(), max, ttl)
+		}
+		r.mu.Unlock()
 		return
 	}
-	ts.mu.Unlock()
-	ts.abortSlot(s)
+	r.mu.Unlock()
+	r.abortSlot(s)
 }
 
 // abortSlot stops s's turn, now or as soon as it starts.
-func (ts *turnSet) abortSlot(s *slot) {
-	ts.mu.Lock()
+func (r *registry) abortSlot(s *slot) {
+	r.mu.Lock()
 	s.aborted = true
 	t := s.turn
-	ts.mu.Unlock()
+	r.mu.Unlock()
 	if t != nil {
 		t.Abort()
 	}
 }
 
-// abortAll aborts every turn of the set, and those still starting.
-func (ts *turnSet) abortAll() {
-	ts.mu.Lock()
+// abortOwned aborts every turn that the socket owner started, and those still starting.
+func (r *registry) abortOwned(owner *conn) {
+	r.mu.Lock()
 	var slots []*slot
-	for _, s := range ts.slots {
-		slots = append(slots, s)
+	for _, s := range r.slots {
+		if s.owner == owner {
+			slots = append(slots, s)
+		}
 	}
-	ts.mu.Unlock()
+	r.mu.Unlock()
 	for _, s := range slots {
-		ts.abortSlot(s)
+		r.abortSlot(s)
 	}
 }
 
-// remove forgets a slot whose turn ended (or never started).
-func (ts *turnSet) remove(s *slot) {
-	ts.mu.Lock()
-	if ts.slots[s.key] == s {
-		delete(ts.slots, s.key)
-		if len(ts.slots) == 0 {
-			ts.slots = nil // an idle socket holds no map
+// started records s's running turn and reports whether it must be aborted (an abort
+// arrived while it started). Once Shutdown stops turns, it stops t itself.
+func (r *registry) started(s *slot, t *turn.Turn) (aborted bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s.turn = t
+	if r.stopping {
+		t.Shutdown()
+	}
+	return s.aborted
+}
+
+// close refuses new slots; Shutdown's first step.
+func (r *registry) close() {
+	r.mu.Lock()
+	r.closing = true
+	r.mu.Unlock()
+}
+
+// stop ends every running turn with code shutdown, and those that start from now on.
+func (r *registry) stop() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stopping = true
+	for _, s := range r.slots {
+		if s.turn != nil {
+			s.turn.Shutdown()
 		}
 	}
-	ts.mu.Unlock()
+}
+
+// turnRequest starts a turn: a slot the registry added (and the slot it replaces, for a
+// resubmit), the valid input, and where the turn's events go.
+type turnRequest struct {
+	slot, prev *slot
+	in         *protocol.RunAgentInput
+	values     context.Context // values for the agent (Config.TurnContext); nil: none
+	sink       turn.Sink
+	log        *slog.Logger
 }
 
 // startTurn is the one path from a valid RunAgentInput to a running turn, for sockets and
-// HTTP alike. The caller has called beginStart and ts.add. For a resubmit it aborts the
-// previous turn of the key and waits for it to end (Config.ResubmitWait); then it creates the
-// run's log and starts the turn, delivering to sink, its agent given the values of values
-// (nil: none). onEnd runs once: when the turn has
-// ended, or before startTurn returns if it could not start. It returns the turn, or nil and
-// the bare RUN_ERROR to send instead (nil too when the Server shut down meanwhile).
-func (srv *Server) startTurn(ts *turnSet, s, prev *slot, principal string, in *protocol.RunAgentInput,
-	values context.Context, sink turn.Sink, log *slog.Logger, onEnd func()) (*turn.Turn, []byte) {
-	defer srv.startWG.Done()
+// HTTP alike. For a resubmit it aborts the previous turn of the key and waits for it to end
+// (Config.ResubmitWait); then it creates the run's log and starts the turn. The slot ends
+// when the turn has ended, or before startTurn returns if it could not start. It returns
+// the turn, or nil and the bare RUN_ERROR to send instead.
+func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
+	s := req.slot
 	defer close(s.ready)
-	log = log.With(slog.String(keyRunID, in.RunID))
-	if prev != nil {
-		<-prev.ready
-		ts.mu.Lock()
-		pt := prev.turn
-		ts.mu.Unlock()
-		if pt != nil {
-			pt.Abort()
-			ctx, cancel := context.WithTimeout(srv.ctx, srv.cfg.ResubmitWait)
-			err := pt.Wait(ctx)
-			cancel()
-			if err != nil {
-				log.Warn("resubmit: previous turn still running", slog.String(keyError, err.Error()))
-			}
-		}
+	log := req.log.With(slog.String(keyRunID, s.key.runID))
+	if req.prev != nil {
+		srv.endPrevious(req.prev, log)
 	}
-	runLog, err := srv.cfg.Store.Create(srv.ctx, principal, in.RunID, in.ThreadID)
+	runLog, err := srv.cfg.Store.Create(srv.ctx, s.key.principal, s.key.runID, req.in.ThreadID)
 	if err != nil {
-		onEnd()
+		srv.turns.end(s)
 		if errors.Is(err, jetstream.ErrForbidden) {
 			log.Info("run refused: another principal's runId")
 			return nil, protocol.AppendRunError(nil, msgForbidden, CodeForbidden)
@@ -151,49 +216,50 @@ func (srv *Server) startTurn(ts *turnSet, s, prev *slot, principal string, in *p
 		log.Warn("creating run log", slog.String(keyError, err.Error()))
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
-	ts.mu.Lock()
+	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened
-	ts.mu.Unlock()
-	srv.mu.Lock()
+	srv.turns.mu.Unlock()
 	t, err := turn.Start(turn.Config{
-		Input:        in,
+		Input:        req.in,
 		Agent:        srv.cfg.Agent,
 		Log:          runLog,
-		Sink:         sink,
+		Sink:         req.sink,
 		Logger:       log,
 		Metrics:      srv.cfg.Metrics,
 		CloseTimeout: srv.cfg.TurnCloseTimeout,
 		Limits:       srv.cfg.TurnLimits,
-		Context:      values,
-		OnEnd:        func(metrics.Outcome) { onEnd() },
+		Context:      req.values,
+		OnEnd:        func(metrics.Outcome) { srv.turns.end(s) },
 		Aborted:      early,
 	})
 	if err != nil {
-		srv.mu.Unlock()
 		log.Error("starting turn", slog.String(keyError, err.Error()))
 		runLog.Close(context.WithoutCancel(srv.ctx))
-		onEnd()
+		srv.turns.end(s)
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
-	srv.turns[t] = struct{}{}
-	srv.turnWG.Add(1)
-	srv.mu.Unlock()
-	go func() {
-		// Owned by the Server: ends with the turn, which Shutdown stops.
-		<-t.Done()
-		srv.mu.Lock()
-		delete(srv.turns, t)
-		srv.mu.Unlock()
-		srv.turnWG.Done()
-	}()
-	ts.mu.Lock()
-	s.turn = t
-	aborted := s.aborted
-	ts.mu.Unlock()
-	if aborted {
+	if srv.turns.started(s, t) {
 		t.Abort()
 	}
 	return t, nil
+}
+
+// endPrevious aborts the turn a resubmit replaces and waits for it to end, at most
+// Config.ResubmitWait.
+func (srv *Server) endPrevious(prev *slot, log *slog.Logger) {
+	<-prev.ready
+	srv.turns.mu.Lock()
+	pt := prev.turn
+	srv.turns.mu.Unlock()
+	if pt == nil {
+		return
+	}
+	pt.Abort()
+	ctx, cancel := context.WithTimeout(srv.ctx, srv.cfg.ResubmitWait)
+	defer cancel()
+	if err := pt.Wait(ctx); err != nil {
+		log.Warn("resubmit: previous turn still running", slog.String(keyError, err.Error()))
+	}
 }
 
 // earlyAborts remembers aborts whose run frame has not arrived, capped in size and age.
