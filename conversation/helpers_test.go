@@ -232,26 +232,37 @@ func (e *env) url(kv ...string) string {
 	return u
 }
 
-// metric returns the value of a counter or gauge series whose only label value is label.
+// metric returns the sum of the counter or gauge series whose label values, joined with
+// commas in the order of the label names, are label or start with it ("conversation" sums
+// the transports of open_sockets{kind="conversation"}; "" names an unlabelled series).
 func (e *env) metric(t testing.TB, name, label string) float64 {
 	t.Helper()
 	families, err := e.reg.Gather()
 	if err != nil {
 		t.Fatalf("Gather() = %v", err)
 	}
+	var sum float64
+	found := false
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
-			if len(m.GetLabel()) > 0 && m.GetLabel()[0].GetValue() != label {
+			values := make([]string, 0, len(m.GetLabel()))
+			for _, l := range m.GetLabel() {
+				values = append(values, l.GetValue())
+			}
+			if joined := strings.Join(values, ","); len(values) > 0 && joined != label && !strings.HasPrefix(joined, label+",") {
 				continue
 			}
-			return value(m)
+			sum += value(m)
+			found = true
 		}
 	}
-	t.Fatalf("no series %s{%s}", name, label)
-	return 0
+	if !found {
+		t.Fatalf("no series %s{%s}", name, label)
+	}
+	return sum
 }
 
 // waitMetric waits until a series has the value want.

@@ -91,6 +91,12 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	defer srv.connWG.Done()
 	log := srv.log.With(slog.String(keyKind, "http"), slog.String(keyRemote, r.RemoteAddr))
+	kind := metrics.SocketConversation
+	if r.Method == http.MethodGet || r.Header.Get(HeaderLastEventID) != "" {
+		kind = metrics.SocketResume
+	}
+	srv.cfg.Metrics.SocketOpened(h.transport(), kind)
+	defer srv.cfg.Metrics.SocketClosed(h.transport(), kind)
 
 	if r.Method == http.MethodGet {
 		offset := r.Header.Get(HeaderLastEventID)
@@ -216,9 +222,21 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 	}
 }
 
+// transport returns the metrics label of the handler's framing.
+func (h httpHandler) transport() metrics.Transport {
+	if h.framing == NDJSON {
+		return metrics.TransportNDJSON
+	}
+	return metrics.TransportSSE
+}
+
 // replay streams runID's log strictly after offset through the one replay path.
 func (h httpHandler) replay(w http.ResponseWriter, r *http.Request, principal, runID, offset string, log *slog.Logger) {
-	switch reason := checkResume(runID, offset); {
+	reason := checkResume(runID, offset)
+	if runID == "" || reason != "" {
+		h.srv.cfg.Metrics.Resume(h.transport(), metrics.ResumeBadRequest)
+	}
+	switch {
 	case runID == "":
 		http.Error(w, MsgNoRunID, http.StatusBadRequest)
 		return
@@ -237,6 +255,7 @@ func (h httpHandler) replay(w http.ResponseWriter, r *http.Request, principal, r
 	go func() {
 		defer wg.Done()
 		res := h.srv.replay(st.replayCtx(ctx), principal, runID, offset, st.log, st.open, st.send)
+		h.srv.cfg.Metrics.Resume(h.transport(), res)
 		st.endWith(res)
 	}()
 	st.writeLoop(ctx)

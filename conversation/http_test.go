@@ -472,3 +472,28 @@ func BenchmarkHTTPTurn(b *testing.B) {
 		})
 	}
 }
+
+// TestHTTPMetrics checks that HTTP streams count as open sockets and resumes, by transport.
+func TestHTTPMetrics(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, fr := range framings {
+		t.Run(fr.name, func(t *testing.T) {
+			runID := "metrics-" + fr.name
+			live := e.post(t, fr.path, runID, script{Tokens: 10, IntervalMs: 20})
+			live.n(2)
+			e.waitMetric(t, "wsgateway_conversation_open_sockets", "conversation,"+fr.name, 1)
+			live.all()
+			e.waitMetric(t, "wsgateway_conversation_open_sockets", "conversation,"+fr.name, 0)
+
+			e.open(t, fr.path, http.MethodGet, nil, nil, "runId", runID, "offset", "-1").all()
+			e.waitMetric(t, "wsgateway_conversation_resumes_total", "completed,"+fr.name, 1)
+			e.waitMetric(t, "wsgateway_conversation_open_sockets", "resume,"+fr.name, 0)
+			resp := e.httpDo(t, http.MethodGet, fr.path, nil, nil, "runId", "no-such-run", "offset", "-1")
+			resp.Body.Close()
+			e.waitMetric(t, "wsgateway_conversation_resumes_total", "unknown_run,"+fr.name, 1)
+			if n := e.metric(t, "wsgateway_conversation_resumes_total", "completed,websocket"); n != 0 {
+				t.Errorf("resumes_total{completed,websocket} = %v after HTTP replays only, want 0", n)
+			}
+		})
+	}
+}

@@ -46,7 +46,7 @@ func (c *conn) serveResume(runID, offset string) {
 	}
 	cancel()
 	c.finish()
-	c.srv.cfg.Metrics.Resume(<-result)
+	c.srv.cfg.Metrics.Resume(metrics.TransportWebSocket, <-result)
 }
 
 // checkResume returns the close reason of bad resume parameters, or "".

@@ -293,7 +293,7 @@ func (s *Server) turnContext(r *http.Request) context.Context {
 // Shutdown waits for it. A conversation socket's reader goes on from goroutine to goroutine
 // (serveConversation), and the last one calls ended.
 func (s *Server) serve(c *conn, runID, offset string) {
-	s.cfg.Metrics.SocketOpened(c.kind())
+	s.cfg.Metrics.SocketOpened(metrics.TransportWebSocket, c.kind())
 	c.ws.SetReadLimit(s.cfg.ReadLimit)
 	if c.resume {
 		c.serveResume(runID, offset)
@@ -309,7 +309,7 @@ func (s *Server) ended(c *conn) {
 	delete(s.conns, c)
 	s.mu.Unlock()
 	s.release(c.principal)
-	s.cfg.Metrics.SocketClosed(c.kind())
+	s.cfg.Metrics.SocketClosed(metrics.TransportWebSocket, c.kind())
 	s.connWG.Done()
 }
 

@@ -255,7 +255,7 @@ func TestTanstackResumesAfterDrop(t *testing.T) {
 			if other != nil {
 				// The resume was served by the other process.
 				_, body, err := httpGet(context.Background(), other.URL+"/metrics")
-				if want := `wsgateway_conversation_resumes_total{result="completed"} 1`; err != nil || !strings.Contains(body, want) {
+				if want := `wsgateway_conversation_resumes_total{result="completed",transport="websocket"} 1`; err != nil || !strings.Contains(body, want) {
 					t.Errorf("metrics of the other gateway lack %q (%v)", want, err)
 				}
 			}

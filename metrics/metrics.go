@@ -8,13 +8,13 @@
 // _seconds histograms, and every label value comes from a closed set declared here (never an
 // id):
 //
-//	wsgateway_conversation_open_sockets{kind}              gauge     kind: SocketKind
+//	wsgateway_conversation_open_sockets{kind,transport}    gauge     kind: SocketKind, transport: Transport
 //	wsgateway_turn_started_total                           counter
 //	wsgateway_turn_ended_total{outcome}                    counter   outcome: Outcome
 //	wsgateway_turn_events_appended_total                   counter
 //	wsgateway_turn_append_duration_seconds                 histogram append → stored callback
 //	wsgateway_turn_delivery_duration_seconds               histogram agent emit → socket write
-//	wsgateway_conversation_resumes_total{result}           counter   result: ResumeResult
+//	wsgateway_conversation_resumes_total{result,transport} counter   result: ResumeResult, transport: Transport
 //	wsgateway_conversation_frames_dropped_total{reason}    counter   reason: DropReason
 //	wsgateway_jetstream_runs_reaped_total                  counter
 package metrics
@@ -25,14 +25,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// SocketKind is the kind label of open sockets.
+// SocketKind is the kind label of open sockets and HTTP streams.
 type SocketKind string
 
 // Socket kinds.
 const (
-	SocketConversation SocketKind = "conversation"
-	SocketResume       SocketKind = "resume"
+	SocketConversation SocketKind = "conversation" // a conversation socket, or a POST that starts a turn
+	SocketResume       SocketKind = "resume"       // a resume socket, or an HTTP stream that replays a run
 )
+
+// Transport is the transport label of open sockets and resumes.
+type Transport string
+
+// Transports: the WebSocket, and the HTTP transport with each framing.
+const (
+	TransportWebSocket Transport = "websocket"
+	TransportSSE       Transport = "sse"
+	TransportNDJSON    Transport = "ndjson"
+)
+
+var transports = []Transport{TransportWebSocket, TransportSSE, TransportNDJSON}
 
 // Outcome is the outcome label of ended turns: how the turn's log was terminated.
 type Outcome string
@@ -49,7 +61,7 @@ const (
 	OutcomeLogFailed         Outcome = "log_failed"         // the log refused an append or lost its lease
 )
 
-// ResumeResult is the result label of resume sockets.
+// ResumeResult is the result label of resumes (resume sockets and replaying HTTP streams).
 type ResumeResult string
 
 // Resume results, one per close of PROTOCOL.md section 3.
@@ -95,8 +107,8 @@ func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		openSockets: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Namespace: "wsgateway", Subsystem: "conversation", Name: "open_sockets",
-			Help: "WebSocket connections currently open, by kind.",
-		}, []string{"kind"}),
+			Help: "WebSocket connections and HTTP streams currently open, by kind and transport.",
+		}, []string{"kind", "transport"}),
 		turnsStarted: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "wsgateway", Subsystem: "turn", Name: "started_total",
 			Help: "Turns started (run.accepted appended or attempted).",
@@ -121,8 +133,8 @@ func New(reg prometheus.Registerer) *Metrics {
 		}),
 		resumes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "wsgateway", Subsystem: "conversation", Name: "resumes_total",
-			Help: "Resume sockets, by result.",
-		}, []string{"result"}),
+			Help: "Finished resumes (resume sockets and replaying HTTP streams), by result and transport.",
+		}, []string{"result", "transport"}),
 		framesDropped: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "wsgateway", Subsystem: "conversation", Name: "frames_dropped_total",
 			Help: "Frames dropped, by reason.",
@@ -135,8 +147,10 @@ func New(reg prometheus.Registerer) *Metrics {
 	reg.MustRegister(m.openSockets, m.turnsStarted, m.turnsEnded, m.eventsAppended,
 		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.runsReaped)
 	// Expose every closed-set series from the start, so dashboards see zeros, not gaps.
-	for _, k := range []SocketKind{SocketConversation, SocketResume} {
-		m.openSockets.WithLabelValues(string(k))
+	for _, t := range transports {
+		for _, k := range []SocketKind{SocketConversation, SocketResume} {
+			m.openSockets.WithLabelValues(string(k), string(t))
+		}
 	}
 	for _, o := range []Outcome{OutcomeCompleted, OutcomeIncomplete, OutcomeAgentError,
 		OutcomeProtocolViolation, OutcomeAborted, OutcomeShutdown, OutcomeLimitExceeded, OutcomeLogFailed} {
@@ -144,7 +158,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, r := range []ResumeResult{ResumeCompleted, ResumeBadRequest, ResumeUnknownRun,
 		ResumeFailed, ResumeInterrupted} {
-		m.resumes.WithLabelValues(string(r))
+		for _, t := range transports {
+			m.resumes.WithLabelValues(string(r), string(t))
+		}
 	}
 	for _, d := range []DropReason{DropNotJSON, DropBinary, DropPingQueue, DropSlowConsumer} {
 		m.framesDropped.WithLabelValues(string(d))
@@ -152,17 +168,17 @@ func New(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-// SocketOpened counts an open socket of kind k.
-func (m *Metrics) SocketOpened(k SocketKind) {
+// SocketOpened counts an open socket or HTTP stream of kind k over transport t.
+func (m *Metrics) SocketOpened(t Transport, k SocketKind) {
 	if m != nil {
-		m.openSockets.WithLabelValues(string(k)).Inc()
+		m.openSockets.WithLabelValues(string(k), string(t)).Inc()
 	}
 }
 
-// SocketClosed uncounts an open socket of kind k.
-func (m *Metrics) SocketClosed(k SocketKind) {
+// SocketClosed uncounts an open socket or HTTP stream of kind k over transport t.
+func (m *Metrics) SocketClosed(t Transport, k SocketKind) {
 	if m != nil {
-		m.openSockets.WithLabelValues(string(k)).Dec()
+		m.openSockets.WithLabelValues(string(k), string(t)).Dec()
 	}
 }
 
@@ -195,10 +211,10 @@ func (m *Metrics) Delivered(d time.Duration) {
 	}
 }
 
-// Resume counts a finished resume socket with its result.
-func (m *Metrics) Resume(r ResumeResult) {
+// Resume counts a finished resume over transport t with its result.
+func (m *Metrics) Resume(t Transport, r ResumeResult) {
 	if m != nil {
-		m.resumes.WithLabelValues(string(r)).Inc()
+		m.resumes.WithLabelValues(string(r), string(t)).Inc()
 	}
 }
 

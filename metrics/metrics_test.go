@@ -15,14 +15,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestNames(t *testing.T) {
 	reg := prometheus.NewPedanticRegistry()
 	m := New(reg)
-	m.SocketOpened(SocketConversation)
-	m.SocketOpened(SocketConversation)
-	m.SocketClosed(SocketConversation)
+	m.SocketOpened(TransportSSE, SocketConversation)
+	m.SocketOpened(TransportSSE, SocketConversation)
+	m.SocketClosed(TransportSSE, SocketConversation)
 	m.TurnStarted()
 	m.TurnEnded(OutcomeAborted)
 	m.EventAppended(3 * time.Millisecond)
 	m.Delivered(time.Millisecond)
-	m.Resume(ResumeUnknownRun)
+	m.Resume(TransportWebSocket, ResumeUnknownRun)
 	m.FrameDropped(DropNotJSON)
 	m.RunReaped()
 
@@ -46,15 +46,17 @@ func TestNames(t *testing.T) {
 		name, label string
 		want        float64
 	}{
-		{"wsgateway_conversation_open_sockets", "conversation", 1},
-		{"wsgateway_conversation_open_sockets", "resume", 0},
+		{"wsgateway_conversation_open_sockets", "conversation,sse", 1},
+		{"wsgateway_conversation_open_sockets", "conversation,websocket", 0},
+		{"wsgateway_conversation_open_sockets", "resume,sse", 0},
 		{"wsgateway_turn_started_total", "", 1},
 		{"wsgateway_turn_ended_total", "aborted", 1},
 		{"wsgateway_turn_ended_total", "completed", 0},
 		{"wsgateway_turn_events_appended_total", "", 1},
 		{"wsgateway_turn_append_duration_seconds", "", 1},
 		{"wsgateway_turn_delivery_duration_seconds", "", 1},
-		{"wsgateway_conversation_resumes_total", "unknown_run", 1},
+		{"wsgateway_conversation_resumes_total", "unknown_run,websocket", 1},
+		{"wsgateway_conversation_resumes_total", "unknown_run,ndjson", 0},
 		{"wsgateway_conversation_frames_dropped_total", "not_json", 1},
 		{"wsgateway_conversation_frames_dropped_total", "binary", 0},
 		{"wsgateway_jetstream_runs_reaped_total", "", 1},
@@ -66,16 +68,21 @@ func TestNames(t *testing.T) {
 	}
 }
 
-// value returns the value of the series of family name whose only label value is label (or
-// the unlabelled series); for a histogram, its sample count.
-func value(t testing.TB, families []*dto.MetricFamily, name, label string) float64 {
+// value returns the value of the series of family name whose label values, joined with
+// commas in the order of the label names, are labels (or the unlabelled series); for a
+// histogram, its sample count.
+func value(t testing.TB, families []*dto.MetricFamily, name, labels string) float64 {
 	t.Helper()
 	for _, f := range families {
 		if f.GetName() != name {
 			continue
 		}
 		for _, s := range f.GetMetric() {
-			if len(s.GetLabel()) > 0 && s.GetLabel()[0].GetValue() != label {
+			var values []string
+			for _, l := range s.GetLabel() {
+				values = append(values, l.GetValue())
+			}
+			if strings.Join(values, ",") != labels {
 				continue
 			}
 			switch {
@@ -88,19 +95,19 @@ func value(t testing.TB, families []*dto.MetricFamily, name, label string) float
 			}
 		}
 	}
-	t.Fatalf("no series %s{%s}", name, label)
+	t.Fatalf("no series %s{%s}", name, labels)
 	return 0
 }
 
 func TestNilRecordsNothing(t *testing.T) {
 	var m *Metrics
-	m.SocketOpened(SocketResume)
+	m.SocketOpened(TransportWebSocket, SocketResume)
 	m.TurnEnded(OutcomeCompleted)
 	m.EventAppended(time.Second)
 	m.Delivered(time.Second)
-	m.Resume(ResumeCompleted)
+	m.Resume(TransportNDJSON, ResumeCompleted)
 	m.FrameDropped(DropBinary)
 	m.RunReaped()
 	m.TurnStarted()
-	m.SocketClosed(SocketResume)
+	m.SocketClosed(TransportWebSocket, SocketResume)
 }
