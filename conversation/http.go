@@ -151,7 +151,9 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // originAllowed applies the socket's origin rule to a browser's request (one with an Origin
 // header): the request's own host, or a match of Config.OriginPatterns (path.Match on the
-// origin's host, or on the whole origin for a pattern with a scheme).
+// origin's host, or on scheme://host for a pattern with a scheme). It repeats
+// coder/websocket's rule because the library checks origins only inside Accept, for
+// upgrade requests, and does not export the check.
 func (s *Server) originAllowed(r *http.Request) bool {
 	origin := r.Header.Get("Origin")
 	if origin == "" {
@@ -167,7 +169,7 @@ func (s *Server) originAllowed(r *http.Request) bool {
 	for _, p := range s.cfg.OriginPatterns {
 		target := u.Host
 		if strings.Contains(p, "://") {
-			target = origin
+			target = u.Scheme + "://" + u.Host
 		}
 		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
 			return true
