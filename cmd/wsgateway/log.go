@@ -52,7 +52,7 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 	}
 	switch format {
 	case "text":
-		return slog.New(tint.NewHandler(w, &tint.Options{
+		return slog.New(tint.NewTextHandler(w, &tint.Options{
 			Level:      lvl,
 			TimeFormat: time.TimeOnly,
 			NoColor:    !tty,
