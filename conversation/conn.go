@@ -332,7 +332,7 @@ func (c *conn) close(code websocket.StatusCode, reason string, abrupt bool) {
 	}
 	err := c.ws.Close(code, reason)
 	if err != nil && websocket.CloseStatus(err) == -1 {
-		c.logAttrs(slog.LevelDebug, "close handshake", slog.Int(keyCode, int(code)), slog.String(keyError, err.Error()))
+		c.logAttrs(slog.LevelDebug, "close handshake", slog.Int(keyCode, int(code)), slog.String(keyErr, err.Error()))
 	}
 }
 

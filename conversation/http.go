@@ -536,7 +536,7 @@ func (st *httpStream) writeLoop(ctx context.Context) error {
 				st.mu.Lock()
 				st.dead = true
 				st.mu.Unlock()
-				st.log.Debug("HTTP stream write", slog.String(keyError, err.Error()))
+				st.log.Debug("HTTP stream write", slog.String(keyErr, err.Error()))
 				return errStreamEnded
 			}
 			continue

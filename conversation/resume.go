@@ -137,7 +137,7 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 		case ctx.Err() != nil:
 			return metrics.ResumeInterrupted
 		default:
-			log.Info("resume: opening the log", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
+			log.Info("resume: opening the log", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 			continue
 		}
 		if opened != nil {
@@ -152,9 +152,9 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 		case ctx.Err() != nil || sendFailed:
 			return metrics.ResumeInterrupted
 		}
-		log.Info("resume: reading the log", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
+		log.Info("resume: reading the log", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 	}
-	log.Warn("resume failed", slog.String(keyRunID, runID), slog.String(keyError, err.Error()))
+	log.Warn("resume failed", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 	return metrics.ResumeFailed
 }
 

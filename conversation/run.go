@@ -52,7 +52,7 @@ func (c *conn) logEnd(err error) {
 	case websocket.StatusNormalClosure, websocket.StatusGoingAway, websocket.StatusNoStatusRcvd:
 		c.logAttrs(slog.LevelDebug, "socket closed by peer")
 	case -1:
-		c.logAttrs(slog.LevelDebug, "socket ended", slog.String(keyError, err.Error()))
+		c.logAttrs(slog.LevelDebug, "socket ended", slog.String(keyErr, err.Error()))
 	default:
 		c.logAttrs(slog.LevelInfo, "socket closed by peer", slog.Int(keyCode, int(websocket.CloseStatus(err))))
 	}

@@ -224,7 +224,7 @@ const (
 	keyKind   = "kind"
 	keyRunID  = "runId"
 	keyRemote = "remote"
-	keyError  = "error"
+	keyErr    = "err"
 	keyCode   = "code"
 	keyReason = "reason"
 	keyQueued = "queued"

@@ -213,7 +213,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 			log.Info("run refused: another principal's runId")
 			return nil, protocol.AppendRunError(nil, msgForbidden, CodeForbidden)
 		}
-		log.Warn("creating run log", slog.String(keyError, err.Error()))
+		log.Warn("creating run log", slog.String(keyErr, err.Error()))
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
 	srv.turns.mu.Lock()
@@ -233,7 +233,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		Aborted:      early,
 	})
 	if err != nil {
-		log.Error("starting turn", slog.String(keyError, err.Error()))
+		log.Error("starting turn", slog.String(keyErr, err.Error()))
 		runLog.Close(context.WithoutCancel(srv.ctx))
 		srv.turns.end(s)
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
@@ -258,7 +258,7 @@ func (srv *Server) endPrevious(prev *slot, log *slog.Logger) {
 	ctx, cancel := context.WithTimeout(srv.ctx, srv.cfg.ResubmitWait)
 	defer cancel()
 	if err := pt.Wait(ctx); err != nil {
-		log.Warn("resubmit: previous turn still running", slog.String(keyError, err.Error()))
+		log.Warn("resubmit: previous turn still running", slog.String(keyErr, err.Error()))
 	}
 }
 

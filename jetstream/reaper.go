@@ -123,7 +123,7 @@ func (s *Store) reap(ctx context.Context, seen map[string]leaseSeen) {
 		}
 		seen[key] = leaseSeen{expires: now + s.cfg.LeaseTTL.Milliseconds(), revision: rev}
 		if err := s.reapRun(ctx, key, rev); err != nil && ctx.Err() == nil {
-			s.log.Warn("jetstream: reap run", keyRun, key, keyErr, err)
+			s.log.Warn("jetstream: reap run", keyRunKey, key, keyErr, err)
 		}
 	}
 }

@@ -146,8 +146,9 @@ func (c Config) withDefaults() (Config, error) {
 
 // Log attribute keys.
 const (
-	keyErr = "err"
-	keyRun = "run"
+	keyErr    = "err"
+	keyRunID  = "runId"   // a run's runId
+	keyRunKey = "run_key" // a run's key: the hash of its principal and runId
 )
 
 // openAttempts bounds Open's attempts to create the stream and buckets.

@@ -560,7 +560,7 @@ func (w *Writer) renew(ctx context.Context) {
 		w.fail(ErrLeaseLost)
 	default:
 		w.s.jsFailed()
-		w.s.log.Warn("jetstream: lease renewal failed", keyRun, w.info.RunID, keyErr, err)
+		w.s.log.Warn("jetstream: lease renewal failed", keyRunID, w.info.RunID, keyErr, err)
 	}
 }
 

@@ -405,7 +405,7 @@ func (t *Turn) drive() {
 	cctx, ccancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
 	defer ccancel()
 	if err := t.cfg.Log.Close(cctx); err != nil {
-		t.log.Warn("closing run log", slog.String(keyError, err.Error()))
+		t.log.Warn("closing run log", slog.String(keyErr, err.Error()))
 	}
 	t.outcome = outcome
 	t.cfg.Metrics.TurnEnded(outcome)
@@ -417,7 +417,7 @@ func (t *Turn) drive() {
 
 // Attribute keys of the turn's log lines.
 const (
-	keyError   = "error"
+	keyErr     = "err"
 	keyOutcome = "outcome"
 )
 
@@ -432,7 +432,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 	case err := <-markerStored:
 		if err != nil {
 			t.stopEmits()
-			t.log.Warn("appending run.accepted", slog.String(keyError, err.Error()))
+			t.log.Warn("appending run.accepted", slog.String(keyErr, err.Error()))
 			return metrics.OutcomeLogFailed, "", ""
 		}
 		// A stop requested before the marker was stored wins over starting the agent.
@@ -476,7 +476,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 			}
 			stopAgent()
 			msg := fmt.Sprintf("the agent emitted no event for %v (agent-idle-timeout)", t.cfg.Limits.IdleTimeout)
-			t.log.Info("agent silent", slog.String(keyError, msg))
+			t.log.Info("agent silent", slog.String(keyErr, msg))
 			return metrics.OutcomeLimitExceeded, CodeLimitExceeded, msg
 		case err := <-agentDone:
 			violation := t.stopEmits()
@@ -485,14 +485,14 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 			t.mu.Unlock()
 			switch {
 			case violation != nil:
-				t.log.Info("agent output refused", slog.String(keyError, violation.Error()))
+				t.log.Info("agent output refused", slog.String(keyErr, violation.Error()))
 				return metrics.OutcomeProtocolViolation, CodeViolation, violation.Error()
 			case limit != nil:
 				// metrics has no outcome of its own for a limit yet: the agent's output is at fault.
-				t.log.Info("agent output over a limit", slog.String(keyError, limit.Error()))
+				t.log.Info("agent output over a limit", slog.String(keyErr, limit.Error()))
 				return metrics.OutcomeLimitExceeded, CodeLimitExceeded, strings.TrimPrefix(limit.Error(), ErrLimit.Error()+": ")
 			case err != nil:
-				t.log.Info("agent failed", slog.String(keyError, err.Error()))
+				t.log.Info("agent failed", slog.String(keyErr, err.Error()))
 				return metrics.OutcomeAgentError, CodeAgentError, err.Error()
 			}
 			t.mu.Lock()
@@ -508,7 +508,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 		case err := <-t.failCh:
 			stopAgent()
 			t.fail(err) // keep it visible to appendTerminal
-			t.log.Warn("run log failed", slog.String(keyError, err.Error()))
+			t.log.Warn("run log failed", slog.String(keyErr, err.Error()))
 			return metrics.OutcomeLogFailed, "", ""
 		case <-t.cfg.Log.Lost():
 			stopAgent()
