@@ -162,7 +162,7 @@ func (v *verifier) push(e *Event) error {
 	if tg.state == tagNull {
 		return optional(t, "subagentRunId")
 	}
-	if err := v.preSubagent(e); err != nil {
+	if err := preSubagent(e); err != nil {
 		return err
 	}
 	switch t {
@@ -471,65 +471,80 @@ func (v *verifier) stepsOf(o owner, create bool) *stepOwner {
 	return so
 }
 
-// preSubagent runs checks 6 to 10 of section 3.2.
-func (v *verifier) preSubagent(e *Event) error {
-	t := e.typ
-	switch t {
+// preSubagent runs checks 6 to 10 of section 3.2, which guard the subagent
+// fields that a loose schema or a bypassed one lets through.
+func preSubagent(e *Event) error {
+	switch e.typ {
 	case SubagentStarted, SubagentFinished, SubagentError:
-		var nullable []string
-		switch t {
-		case SubagentStarted:
-			nullable = []string{"description", "parentSubagentRunId", "parentToolCallId", "parentMessageId"}
-		case SubagentFinished:
-			nullable = []string{"outcome"}
-		default:
-			nullable = []string{"code"}
-		}
-		for _, f := range nullable {
-			if isNull(lookup(e.m, f)) {
-				return optional(t, f)
-			}
-		}
-		oc := lookup(e.m, "outcome")
-		if oc == nil || isNull(oc) {
-			return nil
-		}
-		var oms []member
-		if isObject(oc) {
-			oms = splitObject(oc, nil)
-		}
-		ot := lookup(oms, "type")
-		if s := unquote(ot); !isString(ot) || (s != "success" && s != "suspended") {
-			return violation("Cannot send '" + string(t) + "' with outcome type '" + jsText(ot) + "'. The outcome is either { type: \"success\" } or { type: \"suspended\" }.")
-		}
-		ids := lookup(oms, "interruptIds")
-		if isNull(ids) {
-			return violation("Cannot send '" + string(t) + "' with 'outcome.interruptIds: null'. The field is optional — omit it entirely.")
-		}
-		if isArray(ids) {
-			for _, el := range splitArray(ids, nil) {
-				if !isString(el) {
-					return violation("Cannot send '" + string(t) + "' with a non-string entry in 'outcome.interruptIds'. Interrupt ids are strings.")
-				}
-			}
-		}
+		return subagentFields(e)
 	case RunFinished:
-		oc := lookup(e.m, "outcome")
-		if !isObject(oc) {
-			return nil
+		return interruptTags(e)
+	}
+	return nil
+}
+
+// subagentFields runs checks 6 to 9 on a SUBAGENT_* event: no optional field
+// is null, and an outcome has a known type and string interrupt ids.
+func subagentFields(e *Event) error {
+	t := e.typ
+	var nullable []string
+	switch t {
+	case SubagentStarted:
+		nullable = []string{"description", "parentSubagentRunId", "parentToolCallId", "parentMessageId"}
+	case SubagentFinished:
+		nullable = []string{"outcome"}
+	default:
+		nullable = []string{"code"}
+	}
+	for _, f := range nullable {
+		if isNull(lookup(e.m, f)) {
+			return optional(t, f)
 		}
-		oms := splitObject(oc, nil)
-		if unquote(lookup(oms, "type")) != "interrupt" {
-			return nil
+	}
+	oc := lookup(e.m, "outcome")
+	if oc == nil || isNull(oc) {
+		return nil
+	}
+	var oms []member
+	if isObject(oc) {
+		oms = splitObject(oc, nil)
+	}
+	ot := lookup(oms, "type")
+	if s := unquote(ot); !isString(ot) || (s != "success" && s != "suspended") {
+		return violation("Cannot send '" + string(t) + "' with outcome type '" + jsText(ot) + "'. The outcome is either { type: \"success\" } or { type: \"suspended\" }.")
+	}
+	ids := lookup(oms, "interruptIds")
+	if isNull(ids) {
+		return violation("Cannot send '" + string(t) + "' with 'outcome.interruptIds: null'. The field is optional — omit it entirely.")
+	}
+	if isArray(ids) {
+		for _, el := range splitArray(ids, nil) {
+			if !isString(el) {
+				return violation("Cannot send '" + string(t) + "' with a non-string entry in 'outcome.interruptIds'. Interrupt ids are strings.")
+			}
 		}
-		for _, in := range splitArray(lookup(oms, "interrupts"), nil) {
-			if !isObject(in) {
-				continue
-			}
-			ims := splitObject(in, nil)
-			if isNull(lookup(ims, "subagentRunId")) {
-				return violation("Cannot send 'RUN_FINISHED' with an interrupt (id '" + jsText(lookup(ims, "id")) + "') carrying 'subagentRunId: null'. The field is optional — omit it entirely.")
-			}
+	}
+	return nil
+}
+
+// interruptTags runs check 10: no interrupt of a RUN_FINISHED interrupt
+// outcome has a null subagentRunId.
+func interruptTags(e *Event) error {
+	oc := lookup(e.m, "outcome")
+	if !isObject(oc) {
+		return nil
+	}
+	oms := splitObject(oc, nil)
+	if unquote(lookup(oms, "type")) != "interrupt" {
+		return nil
+	}
+	for _, in := range splitArray(lookup(oms, "interrupts"), nil) {
+		if !isObject(in) {
+			continue
+		}
+		ims := splitObject(in, nil)
+		if isNull(lookup(ims, "subagentRunId")) {
+			return violation("Cannot send 'RUN_FINISHED' with an interrupt (id '" + jsText(lookup(ims, "id")) + "') carrying 'subagentRunId: null'. The field is optional — omit it entirely.")
 		}
 	}
 	return nil
