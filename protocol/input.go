@@ -48,7 +48,7 @@ type RunAgentInput struct {
 type Message struct {
 	ID         string
 	Role       string
-	Content    json.RawMessage // as sent: a string, an array of parts, or nil
+	Content    json.RawMessage // as sent (checked only on a tool message, where it is a string); nil when absent or null
 	ToolCallID string
 	Raw        json.RawMessage // the whole message, unknown keys included
 }
