@@ -151,21 +151,14 @@ func tagError(t EventType, tg tag, kind, id string, m map[string]owner) error {
 }
 
 // push verifies one expanded event and records what it opens, closes and
-// owns. It runs the checks of section 3.2 in their order, then the one rule of
-// the event's type (section 3.3).
+// owns: the checks of section 3.2, then the rule of the event's type (section
+// 3.3).
 func (v *verifier) push(e *Event) error {
-	t := e.typ
-	if err := v.admit(t); err != nil {
+	tg, err := v.precheck(e)
+	if err != nil {
 		return err
 	}
-	tg := readTag(e.m)
-	if tg.state == tagNull {
-		return optional(t, "subagentRunId")
-	}
-	if err := preSubagent(e); err != nil {
-		return err
-	}
-	switch t {
+	switch t := e.typ; t {
 	case TextMessageStart, ToolCallStart, ReasoningStart, ReasoningMessageStart:
 		return v.open(t, e, tg)
 	case TextMessageContent, TextMessageEnd, ToolCallArgs, ToolCallEnd,
@@ -207,6 +200,19 @@ func (v *verifier) push(e *Event) error {
 		return v.endSubagent(t, e)
 	}
 	return nil
+}
+
+// precheck runs the checks of section 3.2 in their order and returns the
+// event's tag.
+func (v *verifier) precheck(e *Event) (tag, error) {
+	if err := v.admit(e.typ); err != nil {
+		return tag{}, err
+	}
+	tg := readTag(e.m)
+	if tg.state == tagNull {
+		return tag{}, optional(e.typ, "subagentRunId")
+	}
+	return tg, preSubagent(e)
 }
 
 // admit runs checks 1 to 4 of section 3.2, the lifecycle of runs: only a new
