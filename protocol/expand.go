@@ -211,9 +211,9 @@ var (
 	reasoningToken = []byte(`"reasoning"`)
 )
 
-// chunk expands a chunk of the given kind into the START, CONTENT or ARGS,
-// and synthetic END it implies, appending them to out. Nothing derived from a
-// chunk that fails is emitted.
+// chunk appends to out the events a chunk expands to: the synthetic END of
+// the stream it replaces, the START of the stream it opens, and its CONTENT
+// or ARGS. Nothing derived from a chunk that fails is emitted.
 func (x *expander) chunk(e *Event, kind chunkKind, out []*Event) ([]*Event, error) {
 	k := kinds[kind]
 	id := lookup(e.m, k.idKey)
@@ -296,8 +296,8 @@ func (x *expander) resolve(kind chunkKind, id []byte, t tag) (lane, error) {
 }
 
 // openStream opens the stream of a chunk that does not continue its lane's
-// and returns it with the members of its START (section 2.5). The first chunk
-// names the stream's id, and a tool call's name.
+// and returns it with the members of its START (section 2.5). A stream's
+// first chunk carries its id, and a tool call's first chunk also its name.
 func openStream(kind chunkKind, id []byte, t tag, ms []member) (*stream, []member, error) {
 	k := kinds[kind]
 	if id == nil {
