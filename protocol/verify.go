@@ -244,8 +244,9 @@ func (v *verifier) admit(t EventType) error {
 }
 
 // entity is one kind of entity that a START opens and an END closes, with the
-// verifier's state for it. The four kinds follow the same rules in different
-// words (section 3.3).
+// verifier's state for it. The four kinds follow the same rules, worded in
+// their own terms; a tool call's START also answers to its parent message
+// (section 3.3).
 type entity struct {
 	label      string // names the kind in the open-set messages
 	kind       string // names the kind in the tag error
