@@ -1,8 +1,8 @@
 // Package protocol does the AG-UI 1.0 wire work of the gateway: it decodes and
 // schema-checks events, upgrades legacy ones, expands chunks, verifies the
 // event sequence, and encodes the WebSocket frames. It ports what
-// @ag-ui/core and @ag-ui/client 1.0.0 decide (docs/AGUI-1.0.md), error texts
-// included, and imports nothing else of the project.
+// @ag-ui/core and @ag-ui/client 1.0.0 decide (AGUI-1.0.md of the project's
+// shared docs), error texts included, and imports nothing else of the project.
 //
 // # Events
 //
@@ -35,6 +35,7 @@
 // and [Fields] reads a few fields of many frames without allocating.
 // [RunAccepted] is the gateway's marker event, which is never verified.
 //
-// Nothing in the package blocks or starts goroutines; a Pipeline is not safe
-// for concurrent use, everything else is.
+// Nothing in the package starts goroutines, and only VerifyStream blocks (on
+// its reader and writer); a Pipeline is not safe for concurrent use,
+// everything else is.
 package protocol

@@ -68,7 +68,8 @@ type kindInfo struct {
 	declared    map[string]bool
 }
 
-var kinds = map[chunkKind]*kindInfo{
+// kinds describes each chunk kind, indexed by it.
+var kinds = [...]*kindInfo{
 	kindText: {
 		chunk: TextMessageChunk, start: TextMessageStart, body: TextMessageContent, end: TextMessageEnd,
 		idKey: "messageId", label: "text message",
@@ -210,56 +211,20 @@ var (
 	reasoningToken = []byte(`"reasoning"`)
 )
 
+// chunk appends to out the events a chunk expands to: the synthetic END of
+// the stream it replaces, the START of the stream it opens, and its CONTENT
+// or ARGS. Nothing derived from a chunk that fails is emitted.
 func (x *expander) chunk(e *Event, kind chunkKind, out []*Event) ([]*Event, error) {
 	k := kinds[kind]
 	id := lookup(e.m, k.idKey)
 	t := readTag(e.m)
-
-	// Lane resolution (section 2.3).
-	var l lane
-	switch {
-	case id != nil:
-		found := false
-		for _, ls := range x.lanes {
-			ll, s := ls.lane, ls.s
-			if s.kind == kind && eqStr(s.id, id) {
-				if t.state == tagValue && t.lane() != ll {
-					return out, violation("Cannot continue " + k.label + " '" + unquote(id) + "': chunk subagentRunId '" + t.id + "' does not match the open stream's subagent '" + ll.owner() + "'.")
-				}
-				l, found = ll, true
-				break
-			}
-		}
-		if !found {
-			l = t.lane()
-		}
-	case t.state == tagValue:
-		l = t.lane()
-	default:
-		if s := x.get(lane{}); s != nil && s.kind == kind {
-			l = lane{}
-			break
-		}
-		var open []lane
-		for _, ls := range x.lanes {
-			if ls.s.kind == kind {
-				open = append(open, ls.lane)
-			}
-		}
-		switch {
-		case len(open) == 1:
-			l = open[0]
-		case len(open) > 1:
-			return out, violation("Ambiguous " + string(k.chunk) + ": it carries neither a " + k.idKey + " nor a subagentRunId, but " + itoa(len(open)) + " lanes have an open " + k.label + ". Attribute the chunk to the subagent it belongs to.")
-		default:
-			l = lane{}
-		}
+	l, err := x.resolve(kind, id, t)
+	if err != nil {
+		return out, err
 	}
-
-	// Continue or open (section 2.4).
 	s := x.get(l)
 	continued := s != nil && s.kind == kind && (id == nil || eqStr(id, s.id))
-	var start *Event
+	var start []member
 	var ends []*Event
 	if continued {
 		if err := agree(k, s, e.m); err != nil {
@@ -269,93 +234,146 @@ func (x *expander) chunk(e *Event, kind chunkKind, out []*Event) ([]*Event, erro
 		if s != nil {
 			ends = x.close(l, nil)
 		}
-		if id == nil {
-			return out, violation("First " + string(k.chunk) + " must have a " + k.idKey)
-		}
-		s = &stream{kind: kind, id: id, opener: t}
-		var ms []member
-		ms = append(ms, mem("type", quoteType(k.start)), mem(k.idKey, id))
-		switch kind {
-		case kindText:
-			s.role = lookup(e.m, "role")
-			if s.role == nil {
-				s.role = assistantRole
-			}
-			ms = append(ms, mem("role", s.role))
-			if s.name = lookup(e.m, "name"); s.name != nil {
-				ms = append(ms, mem("name", s.name))
-			}
-		case kindTool:
-			s.tcName = lookup(e.m, "toolCallName")
-			if s.tcName == nil {
-				return out, violation("First TOOL_CALL_CHUNK must have a toolCallName")
-			}
-			ms = append(ms, mem("toolCallName", s.tcName))
-			if s.parent = lookup(e.m, "parentMessageId"); s.parent != nil {
-				ms = append(ms, mem("parentMessageId", s.parent))
-			}
-		case kindReasoning:
-			ms = append(ms, mem("role", reasoningToken))
-		}
-		if t.state != tagAbsent {
-			ms = append(ms, mem("subagentRunId", t.raw))
-		}
-		if md := lookup(e.m, "metadata"); md != nil {
-			ms = append(ms, mem("metadata", md))
-		}
-		start = &Event{m: ms}
-	}
-
-	// CONTENT or ARGS (steps 2 and 3).
-	delta, rawEv, md := lookup(e.m, "delta"), lookup(e.m, "rawEvent"), lookup(e.m, "metadata")
-	unknown := false
-	for _, m := range e.m {
-		if !k.declared[m.key] {
-			unknown = true
-			break
+		if s, start, err = openStream(kind, id, t, e.m); err != nil {
+			return out, err
 		}
 	}
-	var body *Event
-	if delta != nil || rawEv != nil || (continued && (md != nil || t.state == tagNull || unknown)) {
-		var buf [8]member
-		ms := buf[:0]
-		if unknown {
-			ms = unknownMembers(ms, e.m, k.declared)
-		}
-		if delta == nil {
-			delta = emptyString
-		}
-		ms = append(ms, mem("type", quoteType(k.body)), mem(k.idKey, s.id), mem("delta", delta))
-		switch {
-		case t.state != tagAbsent:
-			ms = append(ms, mem("subagentRunId", t.raw))
-		case s.opener.state != tagAbsent:
-			ms = append(ms, mem("subagentRunId", s.opener.raw))
-		}
-		if md != nil {
-			ms = append(ms, mem("metadata", md))
-		}
-		if rawEv != nil {
-			ms = append(ms, mem("rawEvent", rawEv))
-		}
-		body = eventFromMembers(ms)
-	} else if start != nil && unknown {
+	unknown := hasUnknown(e.m, k.declared)
+	body := contentEvent(k, s, e.m, t, continued, unknown)
+	if body == nil && start != nil && unknown {
+		// The synthesized fields win a clash (section 2.4, step 4).
 		for _, m := range unknownMembers(nil, e.m, k.declared) {
-			if lookup(start.m, m.key) == nil {
-				start.m = append(start.m, m)
+			if lookup(start, m.key) == nil {
+				start = append(start, m)
 			}
 		}
 	}
-
 	out = append(out, ends...)
 	if start != nil {
 		x.lanes = append(x.lanes, laneStream{lane: l, s: s})
-		out = append(out, eventFromMembers(start.m))
+		out = append(out, eventFromMembers(start))
 	}
 	if body != nil {
 		out = append(out, body)
 	}
 	return out, nil
+}
+
+// resolve returns the lane of a chunk (section 2.3): the lane whose stream
+// has the chunk's id, else the chunk's tag's lane; a chunk with neither id
+// nor tag goes to the parent's stream of its kind, else to the one lane with
+// a stream of its kind, and is ambiguous when several lanes have one.
+func (x *expander) resolve(kind chunkKind, id []byte, t tag) (lane, error) {
+	k := kinds[kind]
+	if id != nil {
+		for _, ls := range x.lanes {
+			if ls.s.kind != kind || !eqStr(ls.s.id, id) {
+				continue
+			}
+			if t.state == tagValue && t.lane() != ls.lane {
+				return lane{}, violation("Cannot continue " + k.label + " '" + unquote(id) + "': chunk subagentRunId '" + t.id + "' does not match the open stream's subagent '" + ls.lane.owner() + "'.")
+			}
+			return ls.lane, nil
+		}
+	}
+	if id != nil || t.state == tagValue {
+		return t.lane(), nil
+	}
+	if s := x.get(lane{}); s != nil && s.kind == kind {
+		return lane{}, nil
+	}
+	var only lane
+	n := 0
+	for _, ls := range x.lanes {
+		if ls.s.kind == kind {
+			only, n = ls.lane, n+1
+		}
+	}
+	if n > 1 {
+		return lane{}, violation("Ambiguous " + string(k.chunk) + ": it carries neither a " + k.idKey + " nor a subagentRunId, but " + itoa(n) + " lanes have an open " + k.label + ". Attribute the chunk to the subagent it belongs to.")
+	}
+	return only, nil
+}
+
+// openStream opens the stream of a chunk that does not continue its lane's
+// and returns it with the members of its START (section 2.5). A stream's
+// first chunk carries its id, and a tool call's first chunk also its name.
+func openStream(kind chunkKind, id []byte, t tag, ms []member) (*stream, []member, error) {
+	k := kinds[kind]
+	if id == nil {
+		return nil, nil, violation("First " + string(k.chunk) + " must have a " + k.idKey)
+	}
+	s := &stream{kind: kind, id: id, opener: t}
+	start := []member{mem("type", quoteType(k.start)), mem(k.idKey, id)}
+	switch kind {
+	case kindText:
+		if s.role = lookup(ms, "role"); s.role == nil {
+			s.role = assistantRole
+		}
+		start = append(start, mem("role", s.role))
+		if s.name = lookup(ms, "name"); s.name != nil {
+			start = append(start, mem("name", s.name))
+		}
+	case kindTool:
+		if s.tcName = lookup(ms, "toolCallName"); s.tcName == nil {
+			return nil, nil, violation("First TOOL_CALL_CHUNK must have a toolCallName")
+		}
+		start = append(start, mem("toolCallName", s.tcName))
+		if s.parent = lookup(ms, "parentMessageId"); s.parent != nil {
+			start = append(start, mem("parentMessageId", s.parent))
+		}
+	case kindReasoning:
+		start = append(start, mem("role", reasoningToken))
+	}
+	if t.state != tagAbsent {
+		start = append(start, mem("subagentRunId", t.raw))
+	}
+	if md := lookup(ms, "metadata"); md != nil {
+		start = append(start, mem("metadata", md))
+	}
+	return s, start, nil
+}
+
+// contentEvent returns the CONTENT or ARGS of a chunk in stream s (section 2.4,
+// steps 2 and 3), nil when the chunk carries nothing to stream: no delta or
+// rawEvent, and for a continuation also no metadata, null tag or unknown key.
+func contentEvent(k *kindInfo, s *stream, ms []member, t tag, continued, unknown bool) *Event {
+	delta, rawEv, md := lookup(ms, "delta"), lookup(ms, "rawEvent"), lookup(ms, "metadata")
+	if delta == nil && rawEv == nil && !(continued && (md != nil || t.state == tagNull || unknown)) {
+		return nil
+	}
+	var buf [8]member
+	out := buf[:0]
+	if unknown {
+		out = unknownMembers(out, ms, k.declared)
+	}
+	if delta == nil {
+		delta = emptyString
+	}
+	out = append(out, mem("type", quoteType(k.body)), mem(k.idKey, s.id), mem("delta", delta))
+	switch {
+	case t.state != tagAbsent:
+		out = append(out, mem("subagentRunId", t.raw))
+	case s.opener.state != tagAbsent:
+		out = append(out, mem("subagentRunId", s.opener.raw))
+	}
+	if md != nil {
+		out = append(out, mem("metadata", md))
+	}
+	if rawEv != nil {
+		out = append(out, mem("rawEvent", rawEv))
+	}
+	return eventFromMembers(out)
+}
+
+// hasUnknown reports whether ms has a key the chunk's schema does not declare.
+func hasUnknown(ms []member, declared map[string]bool) bool {
+	for _, m := range ms {
+		if !declared[m.key] {
+			return true
+		}
+	}
+	return false
 }
 
 // agree checks that a continuation repeats the opener's fields faithfully.

@@ -48,7 +48,7 @@ type RunAgentInput struct {
 type Message struct {
 	ID         string
 	Role       string
-	Content    json.RawMessage // as sent: a string, an array of parts, or nil
+	Content    json.RawMessage // as sent (checked only on a tool message, where it is a string); nil when absent or null
 	ToolCallID string
 	Raw        json.RawMessage // the whole message, unknown keys included
 }
@@ -96,10 +96,13 @@ type ResumeEntry struct {
 	Raw         json.RawMessage
 }
 
-var messageRoles = map[string]bool{
-	"developer": true, "system": true, "assistant": true, "user": true,
-	"tool": true, "activity": true, "reasoning": true,
-}
+var (
+	messageRoles = map[string]bool{
+		"developer": true, "system": true, "assistant": true, "user": true,
+		"tool": true, "activity": true, "reasoning": true,
+	}
+	resumeStatuses = map[string]bool{"resolved": true, "cancelled": true}
+)
 
 // DecodeRunAgentInput decodes and validates a RunAgentInput. Input that is
 // not JSON wraps ErrNotJSON; a rule violation is an *InputError.
@@ -121,111 +124,30 @@ func present(v []byte) []byte {
 	return v
 }
 
-// decodeInput validates compact JSON it takes ownership of.
+// decodeInput validates compact JSON it takes ownership of and reports the
+// first broken rule.
 func decodeInput(raw []byte) (*RunAgentInput, error) {
 	if !isObject(raw) {
 		return nil, inputErr("", "run input must be a JSON object, not "+kindOf(raw))
 	}
 	ms := splitObject(raw, nil)
 	in := &RunAgentInput{Tools: []Tool{}, Context: []ContextEntry{}}
-	for _, f := range []struct {
-		key string
-		dst *string
-	}{{"threadId", &in.ThreadID}, {"runId", &in.RunID}} {
-		v := lookup(ms, f.key)
-		if !isString(v) || unquote(v) == "" {
-			return nil, inputErr(f.key, "required non-empty string")
-		}
-		*f.dst = unquote(v)
-	}
-	if !ValidRunID(in.RunID) {
-		return nil, inputErr("runId", fmt.Sprintf("must be printable UTF-8 of at most %d bytes", MaxRunIDLen))
-	}
-	if v := present(lookup(ms, "parentRunId")); v != nil {
-		if !isString(v) {
-			return nil, inputErr("parentRunId", "must be a string")
-		}
-		in.ParentRunID = unquote(v)
+	if err := in.decodeIDs(ms); err != nil {
+		return nil, err
 	}
 	msgs := lookup(ms, "messages")
 	if !isArray(msgs) {
 		return nil, inputErr("messages", "required array")
 	}
-	for i, m := range splitArray(msgs, nil) {
-		at := fmt.Sprintf("messages[%d]", i)
-		if !isObject(m) {
-			return nil, inputErr(at, "must be an object")
-		}
-		mm := splitObject(m, nil)
-		msg := Message{Raw: m, Content: present(lookup(mm, "content"))}
-		if v := lookup(mm, "id"); isString(v) {
-			msg.ID = unquote(v)
-		} else {
-			return nil, inputErr(at+".id", "required string")
-		}
-		msg.Role = unquote(lookup(mm, "role"))
-		if !isString(lookup(mm, "role")) || !messageRoles[msg.Role] {
-			return nil, inputErr(at+".role", "must be one of developer, system, assistant, user, tool, activity, reasoning")
-		}
-		if msg.Role == "tool" {
-			v := lookup(mm, "toolCallId")
-			if !isString(v) {
-				return nil, inputErr(at+".toolCallId", "required string for a tool message")
-			}
-			msg.ToolCallID = unquote(v)
-			if !isString(msg.Content) {
-				return nil, inputErr(at+".content", "must be a string for a tool message")
-			}
-		}
-		in.Messages = append(in.Messages, msg)
+	var err error
+	if in.Messages, err = appendEntries(in.Messages, "messages", msgs, decodeMessage); err != nil {
+		return nil, err
 	}
-	if v := present(lookup(ms, "tools")); v != nil {
-		if !isArray(v) {
-			return nil, inputErr("tools", "must be an array")
-		}
-		for i, t := range splitArray(v, nil) {
-			at := fmt.Sprintf("tools[%d]", i)
-			if !isObject(t) {
-				return nil, inputErr(at, "must be an object")
-			}
-			tm := splitObject(t, nil)
-			tool := Tool{Raw: t, Parameters: present(lookup(tm, "parameters"))}
-			for _, f := range []struct {
-				key string
-				dst *string
-			}{{"name", &tool.Name}, {"description", &tool.Description}} {
-				v := lookup(tm, f.key)
-				if !isString(v) {
-					return nil, inputErr(at+"."+f.key, "required string")
-				}
-				*f.dst = unquote(v)
-			}
-			in.Tools = append(in.Tools, tool)
-		}
+	if in.Tools, err = appendOptional(in.Tools, ms, "tools", decodeTool); err != nil {
+		return nil, err
 	}
-	if v := present(lookup(ms, "context")); v != nil {
-		if !isArray(v) {
-			return nil, inputErr("context", "must be an array")
-		}
-		for i, c := range splitArray(v, nil) {
-			at := fmt.Sprintf("context[%d]", i)
-			if !isObject(c) {
-				return nil, inputErr(at, "must be an object")
-			}
-			cm := splitObject(c, nil)
-			var ce ContextEntry
-			for _, f := range []struct {
-				key string
-				dst *string
-			}{{"description", &ce.Description}, {"value", &ce.Value}} {
-				v := lookup(cm, f.key)
-				if !isString(v) {
-					return nil, inputErr(at+"."+f.key, "required string")
-				}
-				*f.dst = unquote(v)
-			}
-			in.Context = append(in.Context, ce)
-		}
+	if in.Context, err = appendOptional(in.Context, ms, "context", decodeContext); err != nil {
+		return nil, err
 	}
 	in.State = present(lookup(ms, "state"))
 	if v := present(lookup(ms, "forwardedProps")); v != nil {
@@ -234,31 +156,140 @@ func decodeInput(raw []byte) (*RunAgentInput, error) {
 		}
 		in.ForwardedProps = v
 	}
-	if v := present(lookup(ms, "resume")); v != nil {
-		if !isArray(v) {
-			return nil, inputErr("resume", "must be an array")
-		}
-		for i, r := range splitArray(v, nil) {
-			at := fmt.Sprintf("resume[%d]", i)
-			if !isObject(r) {
-				return nil, inputErr(at, "must be an object")
-			}
-			rm := splitObject(r, nil)
-			re := ResumeEntry{Raw: r, Payload: present(lookup(rm, "payload"))}
-			if v := lookup(rm, "interruptId"); isString(v) {
-				re.InterruptID = unquote(v)
-			} else {
-				return nil, inputErr(at+".interruptId", "required string")
-			}
-			re.Status = unquote(lookup(rm, "status"))
-			if s := lookup(rm, "status"); !isString(s) || (re.Status != "resolved" && re.Status != "cancelled") {
-				return nil, inputErr(at+".status", `must be "resolved" or "cancelled"`)
-			}
-			in.Resume = append(in.Resume, re)
-		}
+	if in.Resume, err = appendOptional(in.Resume, ms, "resume", decodeResume); err != nil {
+		return nil, err
 	}
 	in.raw = normalizedInput(ms)
 	return in, nil
+}
+
+// decodeIDs reads threadId, runId and parentRunId. A runId names the run's
+// log, so it must be one ValidRunID accepts.
+func (in *RunAgentInput) decodeIDs(ms []member) error {
+	for _, f := range []struct {
+		key string
+		dst *string
+	}{{"threadId", &in.ThreadID}, {"runId", &in.RunID}} {
+		v := lookup(ms, f.key)
+		if !isString(v) || unquote(v) == "" {
+			return inputErr(f.key, "required non-empty string")
+		}
+		*f.dst = unquote(v)
+	}
+	if !ValidRunID(in.RunID) {
+		return inputErr("runId", fmt.Sprintf("must be printable UTF-8 of at most %d bytes", MaxRunIDLen))
+	}
+	if v := present(lookup(ms, "parentRunId")); v != nil {
+		if !isString(v) {
+			return inputErr("parentRunId", "must be a string")
+		}
+		in.ParentRunID = unquote(v)
+	}
+	return nil
+}
+
+// appendOptional is appendEntries for an array that may be absent or null.
+func appendOptional[T any](dst []T, ms []member, key string, decode func(at string, raw []byte, ms []member) (T, error)) ([]T, error) {
+	v := present(lookup(ms, key))
+	if v == nil {
+		return dst, nil
+	}
+	if !isArray(v) {
+		return nil, inputErr(key, "must be an array")
+	}
+	return appendEntries(dst, key, v, decode)
+}
+
+// appendEntries decodes the entries of the array field key, each an object,
+// and appends them to dst. decode gets the entry's path for its errors
+// ("messages[2]"), its encoding and its members.
+func appendEntries[T any](dst []T, key string, arr []byte, decode func(at string, raw []byte, ms []member) (T, error)) ([]T, error) {
+	for i, raw := range splitArray(arr, nil) {
+		at := fmt.Sprintf("%s[%d]", key, i)
+		if !isObject(raw) {
+			return nil, inputErr(at, "must be an object")
+		}
+		entry, err := decode(at, raw, splitObject(raw, nil))
+		if err != nil {
+			return nil, err
+		}
+		dst = append(dst, entry)
+	}
+	return dst, nil
+}
+
+// requiredStrings reads the string members keys of the entry at path at
+// into dst, in order, and reports the first that is not a string.
+func requiredStrings(at string, ms []member, keys []string, dst ...*string) error {
+	for i, key := range keys {
+		v := lookup(ms, key)
+		if !isString(v) {
+			return inputErr(at+"."+key, "required string")
+		}
+		*dst[i] = unquote(v)
+	}
+	return nil
+}
+
+// oneOf returns the string member key of the entry at path at, which must be
+// one of allowed; msg says which values are.
+func oneOf(at string, ms []member, key string, allowed map[string]bool, msg string) (string, error) {
+	v := lookup(ms, key)
+	s := unquote(v)
+	if !isString(v) || !allowed[s] {
+		return "", inputErr(at+"."+key, msg)
+	}
+	return s, nil
+}
+
+// decodeMessage decodes one message. A tool message answers a tool call, so
+// it names the call and its content is the result's text.
+func decodeMessage(at string, raw []byte, ms []member) (Message, error) {
+	msg := Message{Raw: raw, Content: present(lookup(ms, "content"))}
+	if err := requiredStrings(at, ms, []string{"id"}, &msg.ID); err != nil {
+		return Message{}, err
+	}
+	var err error
+	if msg.Role, err = oneOf(at, ms, "role", messageRoles, "must be one of developer, system, assistant, user, tool, activity, reasoning"); err != nil {
+		return Message{}, err
+	}
+	if msg.Role != "tool" {
+		return msg, nil
+	}
+	v := lookup(ms, "toolCallId")
+	if !isString(v) {
+		return Message{}, inputErr(at+".toolCallId", "required string for a tool message")
+	}
+	msg.ToolCallID = unquote(v)
+	if !isString(msg.Content) {
+		return Message{}, inputErr(at+".content", "must be a string for a tool message")
+	}
+	return msg, nil
+}
+
+// decodeTool decodes one tool; its parameters are kept as sent.
+func decodeTool(at string, raw []byte, ms []member) (Tool, error) {
+	tool := Tool{Raw: raw, Parameters: present(lookup(ms, "parameters"))}
+	err := requiredStrings(at, ms, []string{"name", "description"}, &tool.Name, &tool.Description)
+	return tool, err
+}
+
+// decodeContext decodes one context entry.
+func decodeContext(at string, _ []byte, ms []member) (ContextEntry, error) {
+	var ce ContextEntry
+	err := requiredStrings(at, ms, []string{"description", "value"}, &ce.Description, &ce.Value)
+	return ce, err
+}
+
+// decodeResume decodes one resume entry, which resolves or cancels an interrupt.
+func decodeResume(at string, raw []byte, ms []member) (ResumeEntry, error) {
+	re := ResumeEntry{Raw: raw, Payload: present(lookup(ms, "payload"))}
+	if err := requiredStrings(at, ms, []string{"interruptId"}, &re.InterruptID); err != nil {
+		return ResumeEntry{}, err
+	}
+	var err error
+	re.Status, err = oneOf(at, ms, "status", resumeStatuses, `must be "resolved" or "cancelled"`)
+	return re, err
 }
 
 // normalizedInput re-encodes an input the way AG-UI 1.0.0 parses it: null

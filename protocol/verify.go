@@ -131,22 +131,95 @@ func optional(t EventType, field string) error {
 	return violation("Cannot send '" + string(t) + "' with '" + field + ": null'. The field is optional — omit it entirely.")
 }
 
-// tagError reports an owner mismatch (section 3.3).
-func tagError(t EventType, tg tag, kind, id string, m map[string]owner) error {
+// agrees reports whether tag tg agrees with the owner on record for id in m.
+// An untagged event and an id with no owner on record always agree; a
+// parent-owned id disagrees with every tag (section 3.3).
+func agrees(tg tag, id string, m map[string]owner) bool {
 	if tg.state != tagValue {
-		return nil
+		return true
 	}
 	o, ok := m[id]
-	if !ok || (o.sub && o.id == tg.id) {
-		return nil
-	}
-	return violation("Cannot send '" + string(t) + "': subagentRunId '" + tg.id + "' does not match the " + kind + " '" + id + "' opener's subagent '" + o.String() + "'.")
+	return !ok || (o.sub && o.id == tg.id)
 }
 
-// push verifies one expanded event.
+// tagError reports an owner mismatch (section 3.3).
+func tagError(t EventType, tg tag, kind, id string, m map[string]owner) error {
+	if agrees(tg, id, m) {
+		return nil
+	}
+	return violation("Cannot send '" + string(t) + "': subagentRunId '" + tg.id + "' does not match the " + kind + " '" + id + "' opener's subagent '" + m[id].String() + "'.")
+}
+
+// push verifies one expanded event and records what it opens, closes and
+// owns: the checks of section 3.2, then the rule of the event's type (section
+// 3.3).
 func (v *verifier) push(e *Event) error {
-	t := e.typ
-	// Checks before the per-type switch (section 3.2).
+	tg, err := v.precheck(e)
+	if err != nil {
+		return err
+	}
+	switch t := e.typ; t {
+	case TextMessageStart, ToolCallStart, ReasoningStart, ReasoningMessageStart:
+		return v.open(t, e, tg)
+	case TextMessageContent, TextMessageEnd, ToolCallArgs, ToolCallEnd,
+		ReasoningMessageContent, ReasoningMessageEnd, ReasoningEnd:
+		return v.proceed(t, e, tg)
+	case RunStarted:
+		v.runStarted = true
+		if in := lookup(e.m, "input"); isObject(in) {
+			return v.seed(lookup(splitObject(in, nil), "messages"), false)
+		}
+	case RunFinished:
+		if err := v.finish(); err != nil {
+			return err
+		}
+		v.runFinished = true
+	case RunError:
+		v.runError = true
+	case MessagesSnapshot:
+		return v.seed(lookup(e.m, "messages"), true)
+	case ToolCallResult:
+		setOwner(&v.msgOwner, e.Str("messageId"), ownerOf(tg))
+	case StepStarted:
+		return v.startStep(tg, e.Str("stepName"))
+	case StepFinished:
+		return v.finishStep(tg, e.Str("stepName"))
+	case ActivitySnapshot:
+		// A snapshot that patches (replace: false) an activity on record keeps its owner.
+		aid := e.Str("messageId")
+		if _, known := v.activityOwner[aid]; !known || string(lookup(e.m, "replace")) != "false" {
+			setOwner(&v.activityOwner, aid, ownerOf(tg))
+		}
+	case ActivityDelta:
+		return tagError(t, tg, "activity", e.Str("messageId"), v.activityOwner)
+	case ReasoningEncryptedValue:
+		return v.encryptedValue(e, tg)
+	case SubagentStarted:
+		return v.startSubagent(e)
+	case SubagentFinished, SubagentError:
+		return v.endSubagent(t, e)
+	}
+	return nil
+}
+
+// precheck runs the checks of section 3.2 in their order and returns the
+// event's tag.
+func (v *verifier) precheck(e *Event) (tag, error) {
+	if err := v.admit(e.typ); err != nil {
+		return tag{}, err
+	}
+	tg := readTag(e.m)
+	if tg.state == tagNull {
+		return tag{}, optional(e.typ, "subagentRunId")
+	}
+	return tg, preSubagent(e)
+}
+
+// admit runs checks 1 to 4 of section 3.2, the lifecycle of runs: only a new
+// run follows RUN_ERROR, only RUN_ERROR or a new run follows RUN_FINISHED, the
+// first event starts or errors a run, and a run starts only when none is
+// active. A RUN_STARTED after a terminal starts from a clean state.
+func (v *verifier) admit(t EventType) error {
 	if v.runError && t != RunStarted {
 		return violation("Cannot send event type '" + string(t) + "': The run has already errored with 'RUN_ERROR'. No further events can be sent.")
 	}
@@ -167,256 +240,220 @@ func (v *verifier) push(e *Event) error {
 			v.reset()
 		}
 	}
-	tg := readTag(e.m)
-	if tg.state == tagNull {
-		return optional(t, "subagentRunId")
+	return nil
+}
+
+// entity is one kind of entity that a START opens and an END closes, with the
+// verifier's state for it. The four kinds follow the same rules, worded in
+// their own terms; a tool call's START also answers to its parent message
+// (section 3.3).
+type entity struct {
+	label      string // names the kind in the open-set messages
+	kind       string // names the kind in the tag error
+	key        string // the member that holds the id
+	start, end EventType
+	// startHint makes the END's "not open" message say how to start one, as
+	// the CONTENT's does; the client words only the reasoning message so.
+	startHint bool
+	set       *orderedSet
+	owners    *map[string]owner
+}
+
+// entityOf returns the entity that events of type t open, continue or close.
+func (v *verifier) entityOf(t EventType) entity {
+	switch t {
+	case TextMessageStart, TextMessageContent, TextMessageEnd:
+		return entity{label: "text message", kind: "message", key: "messageId",
+			start: TextMessageStart, end: TextMessageEnd, set: &v.text, owners: &v.msgOwner}
+	case ToolCallStart, ToolCallArgs, ToolCallEnd:
+		return entity{label: "tool call", kind: "tool call", key: "toolCallId",
+			start: ToolCallStart, end: ToolCallEnd, set: &v.tools, owners: &v.toolOwner}
+	case ReasoningStart, ReasoningEnd:
+		return entity{label: "reasoning span", kind: "reasoning message", key: "messageId",
+			start: ReasoningStart, end: ReasoningEnd, set: &v.spans, owners: &v.reasoningOwner}
 	}
-	if err := v.preSubagent(e); err != nil {
+	return entity{label: "reasoning message", kind: "reasoning message", key: "messageId",
+		start: ReasoningMessageStart, end: ReasoningMessageEnd, startHint: true,
+		set: &v.reasoning, owners: &v.reasoningOwner}
+}
+
+// open checks a START: its id is not open, a tool call agrees with its parent
+// message, and a tag agrees with the owner on record, which the first opener
+// sets and a reopening keeps.
+func (v *verifier) open(t EventType, e *Event, tg tag) error {
+	en := v.entityOf(t)
+	id := e.Str(en.key)
+	if en.set.has(id) {
+		return violation("Cannot send '" + string(t) + "' event: A " + en.label + " with ID '" + id + "' is already in progress. Complete it with '" + string(en.end) + "' first.")
+	}
+	o := ownerOf(tg)
+	if t == ToolCallStart {
+		var err error
+		if o, err = v.toolCallOwner(e, tg, id); err != nil {
+			return err
+		}
+	}
+	if err := tagError(t, tg, en.kind, id, *en.owners); err != nil {
 		return err
 	}
+	en.set.add(id)
+	setOwnerIfNew(en.owners, id, o)
+	return nil
+}
 
-	id := func(key string) string { return unquote(lookup(e.m, key)) }
-	// Hot path: content and end events of open entities, looked up without allocating.
-	switch t {
-	case TextMessageContent, ToolCallArgs, ReasoningMessageContent:
-		set, owners := &v.text, v.msgOwner
-		kind := "message"
-		switch t {
-		case ToolCallArgs:
-			set, owners, kind = &v.tools, v.toolOwner, "tool call"
-		case ReasoningMessageContent:
-			set, owners, kind = &v.reasoning, v.reasoningOwner, "reasoning message"
-		}
-		key := "messageId"
-		if t == ToolCallArgs {
-			key = "toolCallId"
-		}
-		if raw := lookup(e.m, key); isString(raw) && bytes.IndexByte(raw, '\\') < 0 {
-			body := raw[1 : len(raw)-1]
-			if _, open := set.idx[string(body)]; open {
-				if o, ok := owners[string(body)]; !ok || tg.state != tagValue || (o.sub && o.id == tg.id) {
-					return nil
-				}
-				return tagError(t, tg, kind, string(body), owners)
-			}
+// toolCallOwner checks a TOOL_CALL_START against the owner of its parent
+// message, since a tool call belongs to the message that carries it: a tag,
+// or for an untagged event the call's owner on record, must match it. It
+// returns the owner of a new call: the tag, else the parent message's owner,
+// else the parent agent.
+func (v *verifier) toolCallOwner(e *Event, tg tag, cid string) (owner, error) {
+	pv := lookup(e.m, "parentMessageId")
+	if !isString(pv) {
+		return ownerOf(tg), nil
+	}
+	pid := unquote(pv)
+	pOwner, ok := v.msgOwner[pid]
+	switch {
+	case !ok:
+		return ownerOf(tg), nil
+	case tg.state == tagValue && pOwner != ownerOf(tg):
+		return owner{}, violation("Cannot send 'TOOL_CALL_START': subagentRunId '" + tg.id + "' does not match its parent message '" + pid + "' owner '" + pOwner.String() + "'. A tool call belongs to the message that carries it.")
+	case tg.state == tagValue:
+		return pOwner, nil
+	}
+	if cOwner, ok := v.toolOwner[cid]; ok && cOwner != pOwner {
+		return owner{}, violation("Cannot send 'TOOL_CALL_START': tool call '" + cid + "' is owned by '" + cOwner.String() + "' but its parent message '" + pid + "' is owned by '" + pOwner.String() + "'. A tool call belongs to the message that carries it.")
+	}
+	return pOwner, nil
+}
+
+// proceed checks a CONTENT, ARGS or END: its id is open and a tag agrees with
+// the owner on record. An END closes the id.
+func (v *verifier) proceed(t EventType, e *Event, tg tag) error {
+	en := v.entityOf(t)
+	raw := lookup(e.m, en.key)
+	if t != en.end && isString(raw) && bytes.IndexByte(raw, '\\') < 0 {
+		// Deltas are the hot path: an id without escapes is looked up by its
+		// encoded bytes, which allocates nothing.
+		body := raw[1 : len(raw)-1]
+		if _, open := en.set.idx[string(body)]; open && agrees(tg, string(body), *en.owners) {
+			return nil
 		}
 	}
-	switch t {
-	case RunStarted:
-		v.runStarted = true
-		if in := lookup(e.m, "input"); isObject(in) {
-			if err := v.seed(lookup(splitObject(in, nil), "messages"), false); err != nil {
-				return err
-			}
+	id := unquote(raw)
+	if !en.set.has(id) {
+		hint := "Start a " + en.label + " with '" + string(en.start) + "' first."
+		if t == en.end && !en.startHint {
+			hint = "A '" + string(en.start) + "' event must be sent first."
 		}
-	case RunFinished:
-		if err := v.finish(); err != nil {
-			return err
-		}
-		v.runFinished = true
-	case RunError:
-		v.runError = true
-	case MessagesSnapshot:
-		return v.seed(lookup(e.m, "messages"), true)
-
-	case TextMessageStart:
-		mid := id("messageId")
-		if v.text.has(mid) {
-			return violation("Cannot send 'TEXT_MESSAGE_START' event: A text message with ID '" + mid + "' is already in progress. Complete it with 'TEXT_MESSAGE_END' first.")
-		}
-		if err := tagError(t, tg, "message", mid, v.msgOwner); err != nil {
-			return err
-		}
-		v.text.add(mid)
-		setOwnerIfNew(&v.msgOwner, mid, ownerOf(tg))
-	case TextMessageContent, TextMessageEnd:
-		mid := id("messageId")
-		if !v.text.has(mid) {
-			if t == TextMessageContent {
-				return violation("Cannot send 'TEXT_MESSAGE_CONTENT' event: No active text message found with ID '" + mid + "'. Start a text message with 'TEXT_MESSAGE_START' first.")
-			}
-			return violation("Cannot send 'TEXT_MESSAGE_END' event: No active text message found with ID '" + mid + "'. A 'TEXT_MESSAGE_START' event must be sent first.")
-		}
-		if err := tagError(t, tg, "message", mid, v.msgOwner); err != nil {
-			return err
-		}
-		if t == TextMessageEnd {
-			v.text.remove(mid)
-		}
-
-	case ToolCallStart:
-		cid := id("toolCallId")
-		if v.tools.has(cid) {
-			return violation("Cannot send 'TOOL_CALL_START' event: A tool call with ID '" + cid + "' is already in progress. Complete it with 'TOOL_CALL_END' first.")
-		}
-		pv := lookup(e.m, "parentMessageId")
-		pid := unquote(pv)
-		pOwner, hasP := owner{}, false
-		if isString(pv) {
-			pOwner, hasP = v.msgOwner[pid]
-		}
-		if hasP && tg.state == tagValue && pOwner != ownerOf(tg) {
-			return violation("Cannot send 'TOOL_CALL_START': subagentRunId '" + tg.id + "' does not match its parent message '" + pid + "' owner '" + pOwner.String() + "'. A tool call belongs to the message that carries it.")
-		}
-		if cOwner, ok := v.toolOwner[cid]; ok {
-			if err := tagError(t, tg, "tool call", cid, v.toolOwner); err != nil {
-				return err
-			}
-			if tg.state != tagValue && hasP && pOwner != cOwner {
-				return violation("Cannot send 'TOOL_CALL_START': tool call '" + cid + "' is owned by '" + cOwner.String() + "' but its parent message '" + pid + "' is owned by '" + pOwner.String() + "'. A tool call belongs to the message that carries it.")
-			}
-		}
-		v.tools.add(cid)
-		o := ownerOf(tg)
-		if tg.state != tagValue && hasP {
-			o = pOwner
-		}
-		setOwnerIfNew(&v.toolOwner, cid, o)
-	case ToolCallArgs, ToolCallEnd:
-		cid := id("toolCallId")
-		if !v.tools.has(cid) {
-			if t == ToolCallArgs {
-				return violation("Cannot send 'TOOL_CALL_ARGS' event: No active tool call found with ID '" + cid + "'. Start a tool call with 'TOOL_CALL_START' first.")
-			}
-			return violation("Cannot send 'TOOL_CALL_END' event: No active tool call found with ID '" + cid + "'. A 'TOOL_CALL_START' event must be sent first.")
-		}
-		if err := tagError(t, tg, "tool call", cid, v.toolOwner); err != nil {
-			return err
-		}
-		if t == ToolCallEnd {
-			v.tools.remove(cid)
-		}
-	case ToolCallResult:
-		setOwner(&v.msgOwner, id("messageId"), ownerOf(tg))
-
-	case StepStarted:
-		name := id("stepName")
-		so := v.stepsOf(ownerOf(tg), true)
-		if so.names.has(name) {
-			msg := "Step \"" + name + "\" is already active for 'STEP_STARTED'"
-			if tg.state == tagValue {
-				msg += " in subagent '" + tg.id + "'"
-			}
-			return violation(msg)
-		}
-		so.names.add(name)
-	case StepFinished:
-		name := id("stepName")
-		o := ownerOf(tg)
-		if so := v.stepsOf(o, false); so != nil && so.names.has(name) {
-			so.names.remove(name)
-			break
-		}
-		for _, other := range v.steps {
-			if other.o != o && other.names.has(name) {
-				return violation("Cannot send 'STEP_FINISHED' for step \"" + name + "\" attributed to " + describe(o) + ": that step is open under " + describe(other.o) + ". A step must be finished by whoever started it.")
-			}
-		}
-		return violation("Cannot send 'STEP_FINISHED' for step \"" + name + "\" that was not started")
-
-	case ActivitySnapshot:
-		aid := id("messageId")
-		_, known := v.activityOwner[aid]
-		if r := lookup(e.m, "replace"); !known || string(r) != "false" {
-			setOwner(&v.activityOwner, aid, ownerOf(tg))
-		}
-	case ActivityDelta:
-		return tagError(t, tg, "activity", id("messageId"), v.activityOwner)
-
-	case ReasoningStart:
-		rid := id("messageId")
-		if v.spans.has(rid) {
-			return violation("Cannot send 'REASONING_START' event: A reasoning span with ID '" + rid + "' is already in progress. Complete it with 'REASONING_END' first.")
-		}
-		if err := tagError(t, tg, "reasoning message", rid, v.reasoningOwner); err != nil {
-			return err
-		}
-		v.spans.add(rid)
-		setOwnerIfNew(&v.reasoningOwner, rid, ownerOf(tg))
-	case ReasoningMessageStart:
-		rid := id("messageId")
-		if v.reasoning.has(rid) {
-			return violation("Cannot send 'REASONING_MESSAGE_START' event: A reasoning message with ID '" + rid + "' is already in progress. Complete it with 'REASONING_MESSAGE_END' first.")
-		}
-		if err := tagError(t, tg, "reasoning message", rid, v.reasoningOwner); err != nil {
-			return err
-		}
-		v.reasoning.add(rid)
-		setOwnerIfNew(&v.reasoningOwner, rid, ownerOf(tg))
-	case ReasoningMessageContent, ReasoningMessageEnd:
-		rid := id("messageId")
-		if !v.reasoning.has(rid) {
-			return violation("Cannot send '" + string(t) + "' event: No active reasoning message found with ID '" + rid + "'. Start a reasoning message with 'REASONING_MESSAGE_START' first.")
-		}
-		if err := tagError(t, tg, "reasoning message", rid, v.reasoningOwner); err != nil {
-			return err
-		}
-		if t == ReasoningMessageEnd {
-			v.reasoning.remove(rid)
-		}
-	case ReasoningEnd:
-		rid := id("messageId")
-		if !v.spans.has(rid) {
-			return violation("Cannot send 'REASONING_END' event: No active reasoning span found with ID '" + rid + "'. A 'REASONING_START' event must be sent first.")
-		}
-		if err := tagError(t, tg, "reasoning message", rid, v.reasoningOwner); err != nil {
-			return err
-		}
-		v.spans.remove(rid)
-	case ReasoningEncryptedValue:
-		eid := id("entityId")
-		switch id("subtype") {
-		case "tool-call":
-			return tagError(t, tg, "tool call", eid, v.toolOwner)
-		case "message":
-			if _, ok := v.msgOwner[eid]; ok {
-				return tagError(t, tg, "message", eid, v.msgOwner)
-			}
-			return tagError(t, tg, "message", eid, v.reasoningOwner)
-		default: // only reachable without the schema
-			return tagError(t, tg, "reasoning message", eid, v.reasoningOwner)
-		}
-
-	case SubagentStarted:
-		sv := lookup(e.m, "subagentRunId")
-		if !isString(sv) {
-			return violation("Cannot send 'SUBAGENT_STARTED' without a 'subagentRunId'.")
-		}
-		if !isString(lookup(e.m, "name")) {
-			return violation("Cannot send 'SUBAGENT_STARTED' without a 'name'.")
-		}
-		sid := unquote(sv)
-		if v.activeSubs.has(sid) {
-			return violation("Cannot send 'SUBAGENT_STARTED': subagent '" + sid + "' is already active. Finish it with 'SUBAGENT_FINISHED' first.")
-		}
-		if v.closedSubs[sid] {
-			return violation("Cannot send 'SUBAGENT_STARTED': subagent '" + sid + "' has already finished in this run. Subagent IDs are per-invocation and cannot be reused.")
-		}
-		if p := lookup(e.m, "parentSubagentRunId"); isString(p) {
-			ps := unquote(p)
-			if !v.activeSubs.has(ps) && !v.closedSubs[ps] {
-				return violation("Cannot send 'SUBAGENT_STARTED': parentSubagentRunId '" + ps + "' has not been started in this run.")
-			}
-		}
-		v.activeSubs.add(sid)
-	case SubagentFinished, SubagentError:
-		sv := lookup(e.m, "subagentRunId")
-		if !isString(sv) {
-			return violation("Cannot send '" + string(t) + "' without a 'subagentRunId'.")
-		}
-		if t == SubagentError && !isString(lookup(e.m, "message")) {
-			return violation("Cannot send 'SUBAGENT_ERROR' without a 'message'.")
-		}
-		sid := unquote(sv)
-		if !v.activeSubs.has(sid) {
-			return violation("Cannot send '" + string(t) + "': no active subagent found with ID '" + sid + "'. A 'SUBAGENT_STARTED' event must be sent first.")
-		}
-		v.activeSubs.remove(sid)
-		if v.closedSubs == nil {
-			v.closedSubs = make(map[string]bool)
-		}
-		v.closedSubs[sid] = true
+		return violation("Cannot send '" + string(t) + "' event: No active " + en.label + " found with ID '" + id + "'. " + hint)
 	}
+	if err := tagError(t, tg, en.kind, id, *en.owners); err != nil {
+		return err
+	}
+	if t == en.end {
+		en.set.remove(id)
+	}
+	return nil
+}
+
+// startStep opens a step. Steps are keyed by owner and name, so the parent
+// and a subagent may both have a step of one name open, but one owner may not.
+func (v *verifier) startStep(tg tag, name string) error {
+	so := v.stepsOf(ownerOf(tg), true)
+	if so.names.has(name) {
+		msg := "Step \"" + name + "\" is already active for 'STEP_STARTED'"
+		if tg.state == tagValue {
+			msg += " in subagent '" + tg.id + "'"
+		}
+		return violation(msg)
+	}
+	so.names.add(name)
+	return nil
+}
+
+// finishStep closes the owner's step of that name. When the owner has none,
+// the message names the first other owner that holds the step, because a step
+// is finished by whoever started it.
+func (v *verifier) finishStep(tg tag, name string) error {
+	o := ownerOf(tg)
+	if so := v.stepsOf(o, false); so != nil && so.names.has(name) {
+		so.names.remove(name)
+		return nil
+	}
+	for _, other := range v.steps {
+		if other.o != o && other.names.has(name) {
+			return violation("Cannot send 'STEP_FINISHED' for step \"" + name + "\" attributed to " + describe(o) + ": that step is open under " + describe(other.o) + ". A step must be finished by whoever started it.")
+		}
+	}
+	return violation("Cannot send 'STEP_FINISHED' for step \"" + name + "\" that was not started")
+}
+
+// encryptedValue checks the owner of the entity a REASONING_ENCRYPTED_VALUE
+// names, which need not be open: a message id is looked up among messages,
+// else among reasoning messages.
+func (v *verifier) encryptedValue(e *Event, tg tag) error {
+	t, eid := e.typ, e.Str("entityId")
+	switch e.Str("subtype") {
+	case "tool-call":
+		return tagError(t, tg, "tool call", eid, v.toolOwner)
+	case "message":
+		if _, ok := v.msgOwner[eid]; ok {
+			return tagError(t, tg, "message", eid, v.msgOwner)
+		}
+		return tagError(t, tg, "message", eid, v.reasoningOwner)
+	default: // only reachable without the schema
+		return tagError(t, tg, "reasoning message", eid, v.reasoningOwner)
+	}
+}
+
+// startSubagent checks a SUBAGENT_STARTED: subagent ids are per invocation,
+// so an id that is active or has finished in this run is refused, and a
+// parent subagent must have started in this run (it may have finished).
+func (v *verifier) startSubagent(e *Event) error {
+	sv := lookup(e.m, "subagentRunId")
+	if !isString(sv) {
+		return violation("Cannot send 'SUBAGENT_STARTED' without a 'subagentRunId'.")
+	}
+	if !isString(lookup(e.m, "name")) {
+		return violation("Cannot send 'SUBAGENT_STARTED' without a 'name'.")
+	}
+	sid := unquote(sv)
+	if v.activeSubs.has(sid) {
+		return violation("Cannot send 'SUBAGENT_STARTED': subagent '" + sid + "' is already active. Finish it with 'SUBAGENT_FINISHED' first.")
+	}
+	if v.closedSubs[sid] {
+		return violation("Cannot send 'SUBAGENT_STARTED': subagent '" + sid + "' has already finished in this run. Subagent IDs are per-invocation and cannot be reused.")
+	}
+	if p := lookup(e.m, "parentSubagentRunId"); isString(p) {
+		ps := unquote(p)
+		if !v.activeSubs.has(ps) && !v.closedSubs[ps] {
+			return violation("Cannot send 'SUBAGENT_STARTED': parentSubagentRunId '" + ps + "' has not been started in this run.")
+		}
+	}
+	v.activeSubs.add(sid)
+	return nil
+}
+
+// endSubagent checks a SUBAGENT_FINISHED or SUBAGENT_ERROR: the subagent is
+// active. It moves the subagent to the closed set, so a second terminal fails.
+func (v *verifier) endSubagent(t EventType, e *Event) error {
+	sv := lookup(e.m, "subagentRunId")
+	if !isString(sv) {
+		return violation("Cannot send '" + string(t) + "' without a 'subagentRunId'.")
+	}
+	if t == SubagentError && !isString(lookup(e.m, "message")) {
+		return violation("Cannot send 'SUBAGENT_ERROR' without a 'message'.")
+	}
+	sid := unquote(sv)
+	if !v.activeSubs.has(sid) {
+		return violation("Cannot send '" + string(t) + "': no active subagent found with ID '" + sid + "'. A 'SUBAGENT_STARTED' event must be sent first.")
+	}
+	v.activeSubs.remove(sid)
+	if v.closedSubs == nil {
+		v.closedSubs = make(map[string]bool)
+	}
+	v.closedSubs[sid] = true
 	return nil
 }
 
@@ -441,65 +478,80 @@ func (v *verifier) stepsOf(o owner, create bool) *stepOwner {
 	return so
 }
 
-// preSubagent runs checks 6 to 10 of section 3.2.
-func (v *verifier) preSubagent(e *Event) error {
-	t := e.typ
-	switch t {
+// preSubagent runs checks 6 to 10 of section 3.2, which guard the subagent
+// fields that a loose schema or a bypassed one lets through.
+func preSubagent(e *Event) error {
+	switch e.typ {
 	case SubagentStarted, SubagentFinished, SubagentError:
-		var nullable []string
-		switch t {
-		case SubagentStarted:
-			nullable = []string{"description", "parentSubagentRunId", "parentToolCallId", "parentMessageId"}
-		case SubagentFinished:
-			nullable = []string{"outcome"}
-		default:
-			nullable = []string{"code"}
-		}
-		for _, f := range nullable {
-			if isNull(lookup(e.m, f)) {
-				return optional(t, f)
-			}
-		}
-		oc := lookup(e.m, "outcome")
-		if oc == nil || isNull(oc) {
-			return nil
-		}
-		var oms []member
-		if isObject(oc) {
-			oms = splitObject(oc, nil)
-		}
-		ot := lookup(oms, "type")
-		if s := unquote(ot); !isString(ot) || (s != "success" && s != "suspended") {
-			return violation("Cannot send '" + string(t) + "' with outcome type '" + jsText(ot) + "'. The outcome is either { type: \"success\" } or { type: \"suspended\" }.")
-		}
-		ids := lookup(oms, "interruptIds")
-		if isNull(ids) {
-			return violation("Cannot send '" + string(t) + "' with 'outcome.interruptIds: null'. The field is optional — omit it entirely.")
-		}
-		if isArray(ids) {
-			for _, el := range splitArray(ids, nil) {
-				if !isString(el) {
-					return violation("Cannot send '" + string(t) + "' with a non-string entry in 'outcome.interruptIds'. Interrupt ids are strings.")
-				}
-			}
-		}
+		return subagentFields(e)
 	case RunFinished:
-		oc := lookup(e.m, "outcome")
-		if !isObject(oc) {
-			return nil
+		return interruptTags(e)
+	}
+	return nil
+}
+
+// subagentFields runs checks 6 to 9 on a SUBAGENT_* event: no optional field
+// is null, and an outcome has a known type and string interrupt ids.
+func subagentFields(e *Event) error {
+	t := e.typ
+	var nullable []string
+	switch t {
+	case SubagentStarted:
+		nullable = []string{"description", "parentSubagentRunId", "parentToolCallId", "parentMessageId"}
+	case SubagentFinished:
+		nullable = []string{"outcome"}
+	default:
+		nullable = []string{"code"}
+	}
+	for _, f := range nullable {
+		if isNull(lookup(e.m, f)) {
+			return optional(t, f)
 		}
-		oms := splitObject(oc, nil)
-		if unquote(lookup(oms, "type")) != "interrupt" {
-			return nil
+	}
+	oc := lookup(e.m, "outcome")
+	if oc == nil || isNull(oc) {
+		return nil
+	}
+	var oms []member
+	if isObject(oc) {
+		oms = splitObject(oc, nil)
+	}
+	ot := lookup(oms, "type")
+	if s := unquote(ot); !isString(ot) || (s != "success" && s != "suspended") {
+		return violation("Cannot send '" + string(t) + "' with outcome type '" + jsText(ot) + "'. The outcome is either { type: \"success\" } or { type: \"suspended\" }.")
+	}
+	ids := lookup(oms, "interruptIds")
+	if isNull(ids) {
+		return violation("Cannot send '" + string(t) + "' with 'outcome.interruptIds: null'. The field is optional — omit it entirely.")
+	}
+	if isArray(ids) {
+		for _, el := range splitArray(ids, nil) {
+			if !isString(el) {
+				return violation("Cannot send '" + string(t) + "' with a non-string entry in 'outcome.interruptIds'. Interrupt ids are strings.")
+			}
 		}
-		for _, in := range splitArray(lookup(oms, "interrupts"), nil) {
-			if !isObject(in) {
-				continue
-			}
-			ims := splitObject(in, nil)
-			if isNull(lookup(ims, "subagentRunId")) {
-				return violation("Cannot send 'RUN_FINISHED' with an interrupt (id '" + jsText(lookup(ims, "id")) + "') carrying 'subagentRunId: null'. The field is optional — omit it entirely.")
-			}
+	}
+	return nil
+}
+
+// interruptTags runs check 10: no interrupt of a RUN_FINISHED interrupt
+// outcome has a null subagentRunId.
+func interruptTags(e *Event) error {
+	oc := lookup(e.m, "outcome")
+	if !isObject(oc) {
+		return nil
+	}
+	oms := splitObject(oc, nil)
+	if unquote(lookup(oms, "type")) != "interrupt" {
+		return nil
+	}
+	for _, in := range splitArray(lookup(oms, "interrupts"), nil) {
+		if !isObject(in) {
+			continue
+		}
+		ims := splitObject(in, nil)
+		if isNull(lookup(ims, "subagentRunId")) {
+			return violation("Cannot send 'RUN_FINISHED' with an interrupt (id '" + jsText(lookup(ims, "id")) + "') carrying 'subagentRunId: null'. The field is optional — omit it entirely.")
 		}
 	}
 	return nil
