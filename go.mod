@@ -5,6 +5,8 @@ go 1.26.8
 require (
 	github.com/chromedp/cdproto v0.159.0
 	github.com/chromedp/chromedp v0.23.0
+	// Pinned: conversation/idle.go relies on behaviour of this version that the API does not
+	// promise; TestControlFrames and TestIdleReaderParks (conversation) must pass before an upgrade.
 	github.com/coder/websocket v1.8.15
 	github.com/golang-jwt/jwt/v5 v5.3.1
 	github.com/lmittmann/tint v1.2.1

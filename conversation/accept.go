@@ -85,9 +85,7 @@ type batchConn struct {
 	mu  sync.Mutex
 	buf *[]byte // the batch in progress; nil outside a batch
 
-	in     *bufio.Reader // the socket's read buffer; nil: the reader never parks (idle.go)
-	header bool          // the reader waits for a message's first frame (idle.go)
-	park   bool          // the next read from the connection returns errParked (idle.go)
+	parking // the idle reader's state (idle.go)
 }
 
 // Write writes p, or appends it to the batch in progress.

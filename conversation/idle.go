@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"time"
@@ -36,6 +37,20 @@ import (
 // on Unix, whose input is all in the kernel or in the read buffer), and not for a client
 // that pipelined its first frame with the handshake (hijack). Elsewhere it waits inside
 // coder/websocket, on one goroutine.
+
+// The technique relies on behaviour of coder/websocket that its API does not promise (the
+// errParked read above, and the context of reads reaching the control frame callbacks):
+// go.mod pins the version, and TestControlFrames and TestIdleReaderParks must pass before
+// an upgrade. Building with the tag plainreader leaves it out (the reader always waits
+// inside coder/websocket), which is how BENCHMARKS.md measures what it saves.
+
+// parking is the state of a socket's reader that waits outside coder/websocket; a
+// batchConn holds it.
+type parking struct {
+	in     *bufio.Reader // the socket's read buffer; nil: the reader never parks
+	header bool          // the reader waits for a message's first frame
+	park   bool          // the next read from the connection returns errParked
+}
 
 // errParked is the error of a read that would wait for the first byte of a frame header
 // after a control frame; conn.next waits in awaitInput instead.
