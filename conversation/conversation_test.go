@@ -551,3 +551,33 @@ func conversationWithResume(e *env, runID string, tokens, cut int) error {
 	}
 	return nil
 }
+
+// TestAbortFromAnotherGateway: an abort frame on a socket of another gateway sharing the
+// store stops the turn; another principal's abort changes nothing.
+func TestAbortFromAnotherGateway(t *testing.T) {
+	a := newEnv(t, envOptions{})
+	b := newEnv(t, envOptions{natsURL: a.store.ClientURL()})
+	owner := dial(t, a.url(), "")
+	owner.send(runFrame("far", script{Tokens: 1000, IntervalMs: 10}))
+	owner.untilN(t, 4)
+
+	intruder := dial(t, b.url(), "p2")
+	intruder.send(abortFrame("far"))
+	// The turn goes on: 36 more deltas, 10 ms apart, give the request time to arrive.
+	if got := summary(owner.untilN(t, 40)); strings.Contains(got, "RUN_ERROR") {
+		t.Fatalf("after another principal's abort the socket got %s", got)
+	}
+
+	other := dial(t, b.url(), "")
+	start := time.Now()
+	other.send(abortFrame("far"))
+	a.waitClosed(t, "far")
+	t.Logf("abort from the other gateway: the log closed %v after the abort frame", time.Since(start).Round(time.Millisecond))
+	replay, end := b.resume(t, "far", "-1")
+	if got := summary(replay[len(replay)-1:]); got != "RUN_ERROR:aborted" || end.code != websocket.StatusNormalClosure {
+		t.Fatalf("log ends %s (close %v), want RUN_ERROR:aborted", got, end.err)
+	}
+	if n := len(replay); n > 900 {
+		t.Errorf("the log holds %d events: the turn ran to its end instead of being aborted", n)
+	}
+}

@@ -79,10 +79,16 @@ func (c *conn) handle(data []byte) {
 	}
 }
 
-// abort stops the principal's turn of runID, or remembers the abort until its run frame
-// arrives.
+// abort stops the principal's turn of runID. A turn this gateway does not run may run on
+// another one sharing the store, which the request reaches; the socket also remembers the
+// abort until its run frame arrives.
 func (c *conn) abort(runID string) {
-	c.srv.turns.abort(runKey{c.principal, runID}, c, c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL)
+	if c.srv.turns.abort(runKey{c.principal, runID}, c, c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL) {
+		return
+	}
+	if err := c.srv.cfg.Store.RequestAbort(c.principal, runID); err != nil {
+		c.logAttrs(slog.LevelWarn, "abort request to the other gateways", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
+	}
 }
 
 // run starts a turn for a valid run frame. Log creation blocks, so it happens on a goroutine

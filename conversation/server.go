@@ -27,6 +27,10 @@ type Store interface {
 	// Read opens runID's log strictly after the offset after (a minted offset, "-1" or
 	// "now").
 	Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error)
+	// RequestAbort asks every gateway sharing the store to abort the principal's run;
+	// OnAbort delivers those requests (this gateway's own too) for the Server's lifetime.
+	RequestAbort(principal, runID string) error
+	OnAbort(f func(principal, runID string)) error
 }
 
 // ErrConfig reports an invalid Config.
@@ -205,7 +209,7 @@ func New(cfg Config) (*Server, error) {
 	accept := websocket.AcceptOptions{OriginPatterns: cfg.OriginPatterns}
 	parkOptions(&accept)
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{
+	s := &Server{
 		cfg:      cfg,
 		log:      cfg.Logger,
 		wheel:    wheel,
@@ -216,7 +220,16 @@ func New(cfg Config) (*Server, error) {
 		streams:  make(map[*httpStream]struct{}),
 		shutDone: make(chan struct{}),
 		held:     make(map[string]int),
-	}, nil
+	}
+	// An abort frame on a socket of another gateway reaches the turn here.
+	if err := cfg.Store.OnAbort(func(principal, runID string) {
+		s.turns.abort(runKey{principal, runID}, nil, 0, 0)
+	}); err != nil {
+		cancel()
+		wheel.Close()
+		return nil, fmt.Errorf("conversation: %w", err)
+	}
+	return s, nil
 }
 
 // Attribute keys of log lines.

@@ -110,10 +110,11 @@ func (r *registry) end(s *slot) {
 	r.wg.Done()
 }
 
-// abort stops the turn of key, now or as soon as it starts. Without one, from is the socket
-// of the abort frame (nil over HTTP): it remembers the abort (Config.EarlyAborts, of age
-// Config.EarlyAbortTTL) until its run frame arrives.
-func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) {
+// abort stops the turn of key, now or as soon as it starts, and reports whether the
+// registry holds it. Without one, from, the socket of the abort frame (nil for a request of
+// another gateway), remembers the abort (max entries of age ttl) until its run frame
+// arrives.
+func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) bool {
 	r.mu.Lock()
 	s := r.slots[key]
 	if s == nil {
@@ -121,10 +122,11 @@ func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) {
 			from.early.add(key.runID, time.Now(), max, ttl)
 		}
 		r.mu.Unlock()
-		return
+		return false
 	}
 	r.mu.Unlock()
 	r.abortSlot(s)
+	return true
 }
 
 // abortSlot stops s's turn, now or as soon as it starts.

@@ -50,6 +50,9 @@ type Config struct {
 	Stream string
 	// SubjectPrefix prefixes run subjects (default "wsgateway.run").
 	SubjectPrefix string
+	// AbortSubject carries abort requests between the stores sharing the stream (default
+	// "wsgateway.abort"); it must lie outside SubjectPrefix.
+	AbortSubject string
 	// MetaBucket and LeaseBucket name the KV buckets of run metadata and producer leases
 	// (defaults "wsgateway_runs" and "wsgateway_leases").
 	MetaBucket, LeaseBucket string
@@ -106,6 +109,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.ListenAddr, "127.0.0.1:0")
 	def(&c.Stream, "WSGATEWAY_RUNS")
 	def(&c.SubjectPrefix, "wsgateway.run")
+	def(&c.AbortSubject, "wsgateway.abort")
 	def(&c.MetaBucket, "wsgateway_runs")
 	def(&c.LeaseBucket, "wsgateway_leases")
 	if c.Replicas == 0 {
