@@ -142,10 +142,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	principal, authMode, err := newPrincipal(cfg, os.LookupEnv, log)
+	authn, authMode, err := newAuthenticator(cfg, os.LookupEnv, log)
 	if err != nil {
 		return err
 	}
+	if authn != nil {
+		defer authn.Close()
+	}
+	principal := principalOf(authn, log)
 	tlsConfig, err := newTLSConfig(cfg)
 	if err != nil {
 		return err
