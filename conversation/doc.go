@@ -62,7 +62,7 @@
 //	GET ?runId=&offset=               replays and tails (offset: minted, -1 or now;
 //	                                  Last-Event-ID wins over it)
 //
-// A response ends when the log is closed. Refusals: 400 (body not JSON, an abort frame,
+// A response ends when the log is closed. Refusals: 400 (body not JSON, an abort or auth frame,
 // X-Run-Id mismatch, missing or bad runId or offset; without any offset the message says
 // what is expected), 401 (Config.Principal failed), 429 (Config.MaxSocketsPerPrincipal), 403 (an Origin header of another host
 // that no Config.OriginPatterns entry matches), 404 (unknown or expired run, or another
