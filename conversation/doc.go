@@ -10,10 +10,10 @@
 // RunAgentInput through the resubmit rule, the log's creation (Store.Create, which refuses
 // another principal's runId) and turn.Start; Server.replay (resume.go) reads a log strictly
 // after an offset until the log is closed, retrying transient read failures after the last
-// offset sent. Config.Principal authenticates both transports.
+// offset sent. Config.Principal (or Config.Tokens) authenticates both transports.
 //
 // A request without an offset query parameter becomes a conversation socket: text frames
-// are abort frames or run frames (protocol.DecodeClientFrame). A run frame starts a turn
+// are abort frames, auth frames or run frames (protocol.DecodeClientFrame). A run frame starts a turn
 // (package turn) whose envelopes are delivered to this socket; an abort frame stops the turn
 // of its runId, and an abort that arrives before its run frame is remembered in a per-socket
 // set capped at Config.EarlyAborts entries and Config.EarlyAbortTTL of age. A run frame for a
@@ -48,6 +48,15 @@
 //	1011 "resume failed"          the log could not be read
 //	1012 "service restart"        Shutdown (every socket)
 //	1013 "slow consumer"          the outbound queue overflowed (conversation sockets)
+//	4401 "token expired"          the token's expiry passed (conversation sockets, Config.Tokens)
+//
+// With Config.Tokens, a conversation socket's principal expires with its token (authframe.go):
+// the expiry is a deadline of the socket's heartbeat.Entry (no timer of its own), which the
+// wheel turns into the 4401 close; a frame read after it closes the socket at once, so no turn
+// starts on an expired principal. An auth frame with a valid token of the same principal moves
+// the deadline and is answered with a bare CUSTOM auth.accepted; another principal's token gets
+// a bare RUN_ERROR (code forbidden), an invalid one (code unauthorized), and change nothing.
+// Turns outlive the close as they outlive any other.
 //
 // HTTP transport (http.go): the path chooses the framing, since the reference clients'
 // SSE and NDJSON adapters send identical requests. SSE writes "id: <offset>" and

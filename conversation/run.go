@@ -60,6 +60,9 @@ func (c *conn) logEnd(err error) {
 
 // handle dispatches one text frame.
 func (c *conn) handle(data []byte) {
+	if c.tokenExpired() {
+		return
+	}
 	f, err := protocol.DecodeClientFrame(data)
 	switch {
 	case errors.Is(err, protocol.ErrNotJSON):
@@ -69,6 +72,8 @@ func (c *conn) handle(data []byte) {
 		c.Deliver(protocol.AppendRunError(nil, err.Error(), CodeInvalidInput), time.Time{})
 	case f.Kind == protocol.FrameAbort:
 		c.abort(f.RunID)
+	case f.Kind == protocol.FrameAuth:
+		c.reauth(f.Token)
 	case f.Kind == protocol.FrameRun:
 		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
 			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
