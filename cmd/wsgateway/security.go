@@ -9,8 +9,10 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/wsgateway/wsgateway/auth"
+	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/turn"
 )
 
@@ -77,19 +79,32 @@ func newAuthenticator(cfg serveConfig, getenv func(string) (string, bool), log *
 	return a, mode, nil
 }
 
-// principalOf returns the conversation.Config.Principal of a: nil for nil. Refused handshakes
-// are logged at debug level, with the reason and never the token.
-func principalOf(a *auth.Authenticator, log *slog.Logger) func(*http.Request) (string, error) {
+// tokensOf returns the conversation.Config.Tokens of a: nil for nil.
+func tokensOf(a *auth.Authenticator, log *slog.Logger) conversation.Tokens {
 	if a == nil {
 		return nil
 	}
-	return func(r *http.Request) (string, error) {
-		p, err := a.Principal(r)
-		if err != nil {
-			log.Debug("handshake refused", keyRemote, r.RemoteAddr, keyErr, err.Error())
-		}
-		return p, err
+	return jwtTokens{a: a, log: log}
+}
+
+// jwtTokens is conversation.Tokens over an Authenticator. Refused handshakes are logged at
+// debug level, with the reason and never the token (the socket answers refused auth frames).
+type jwtTokens struct {
+	a   *auth.Authenticator
+	log *slog.Logger
+}
+
+func (j jwtTokens) Identify(r *http.Request) (string, time.Time, error) {
+	id, err := j.a.Identify(r)
+	if err != nil {
+		j.log.Debug("handshake refused", keyRemote, r.RemoteAddr, keyErr, err.Error())
 	}
+	return id.Subject, id.Expires, err
+}
+
+func (j jwtTokens) Verify(token string) (string, time.Time, error) {
+	id, err := j.a.VerifyIdentity(token)
+	return id.Subject, id.Expires, err
 }
 
 // certPool returns the system's roots plus the certificates of the PEM file at path.

@@ -149,14 +149,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	if authn != nil {
 		defer authn.Close()
 	}
-	principal := principalOf(authn, log)
+	tokens := tokensOf(authn, log)
 	tlsConfig, err := newTLSConfig(cfg)
 	if err != nil {
 		return err
 	}
 	logOrigins(cfg, log)
 	conv, err := conversation.New(conversation.Config{
-		Principal:      principal,
+		Tokens:         tokens,
 		OriginPatterns: cfg.allowedOrigins,
 		ReadLimit:      cfg.readLimit,
 		QueueSize:      cfg.queueFrames,
