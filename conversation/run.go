@@ -77,6 +77,7 @@ func (c *conn) handle(data []byte) {
 	case f.Kind == protocol.FrameRun:
 		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
 			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
+			c.srv.cfg.Metrics.LimitRefused(metrics.LimitRunFrameRate)
 			c.Deliver(protocol.AppendRunError(nil, MsgRunFrameRate, CodeLimitExceeded), time.Time{})
 			return
 		}
@@ -99,6 +100,7 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 	if s == nil {
 		c.srv.startWG.Done()
 		c.logAttrs(slog.LevelDebug, "run frame refused: max-socket-turns", slog.String(keyRunID, in.RunID))
+		c.srv.cfg.Metrics.LimitRefused(metrics.LimitSocketTurns)
 		c.Deliver(protocol.AppendRunError(nil, MsgTooManyTurns, CodeLimitExceeded), time.Time{})
 		return
 	}

@@ -374,6 +374,7 @@ func (s *Server) release(principal string) {
 // refuseHold answers 429 to a principal over Config.MaxSocketsPerPrincipal.
 func (s *Server) refuseHold(w http.ResponseWriter, r *http.Request) {
 	s.log.Debug("request refused: principal over max-principal-sockets", slog.String(keyRemote, r.RemoteAddr))
+	s.cfg.Metrics.LimitRefused(metrics.LimitPrincipalSockets)
 	http.Error(w, MsgTooManySockets, http.StatusTooManyRequests)
 }
 

@@ -137,6 +137,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		return fmt.Errorf("open the run log: %w", err)
 	}
 	defer store.Close()
+	// wsgateway_jetstream_ready answers what GET /readyz answers, at each scrape.
+	m.SetReadyCheck(func() bool {
+		rctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		return store.Ready(rctx) == nil
+	})
 
 	agent, err := newAgent(cfg)
 	if err != nil {
