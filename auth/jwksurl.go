@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -97,12 +98,13 @@ func newRemoteKeys(cfg Config) (*remoteKeys, error) {
 }
 
 // jwksClient returns the client that fetches the JWK Set: it trusts roots (nil: the
-// system's) and follows redirects to https:// addresses only.
+// system's), follows redirects to https:// addresses only, and reads at most maxJWKSLen
+// bytes of a response (a longer set fails to decode, and the last good one stays).
 func jwksClient(roots *x509.CertPool) *http.Client {
 	tr := http.DefaultTransport.(*http.Transport).Clone()
 	tr.TLSClientConfig = &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	return &http.Client{
-		Transport: tr,
+		Transport: limitedBody{tr},
 		CheckRedirect: func(req *http.Request, via []*http.Request) error {
 			if req.URL.Scheme != "https" {
 				return errors.New("redirect to a URL that is not https://")
@@ -152,3 +154,17 @@ func (r *remoteKeys) keyFor(t *jwt.Token) (any, error) {
 }
 
 func (r *remoteKeys) close() { r.stop() }
+
+// limitedBody cuts the bodies of its responses after maxJWKSLen bytes.
+type limitedBody struct{ rt http.RoundTripper }
+
+func (l limitedBody) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := l.rt.RoundTrip(req)
+	if err == nil {
+		resp.Body = struct {
+			io.Reader
+			io.Closer
+		}{io.LimitReader(resp.Body, maxJWKSLen), resp.Body}
+	}
+	return resp, err
+}

@@ -111,6 +111,15 @@ func TestJWKSURLRotation(t *testing.T) {
 		t.Fatalf("Verify(new key) after the removal = %q, %v; want bob", p, err)
 	}
 
+	// A set too large to read is refused like a failed fetch: the last good set stays (read
+	// whole, this empty set would drop every key).
+	srv.serve([]byte(`{"pad":"` + strings.Repeat("x", maxJWKSLen) + `","keys":[]}`))
+	before0 := srv.fetches.Load()
+	waitFor(t, 3*time.Second, "no scheduled fetch of the oversized set", func() bool { return srv.fetches.Load() >= before0+2 })
+	if p, err := a.Verify(newTok); p != "bob" || err != nil {
+		t.Fatalf("Verify after an oversized set = %q, %v; want bob (the last good set)", p, err)
+	}
+
 	// An outage: fetches fail, the last good set stays.
 	srv.setDown(true)
 	before := srv.fetches.Load()
