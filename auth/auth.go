@@ -3,16 +3,22 @@
 //
 // New builds an Authenticator from a Config holding exactly one key source: an HS256 secret
 // (Config.Secret), PEM public keys (Config.PEM: RSA keys verify RS256, P-256 keys ES256,
-// P-384 keys ES384), or a JWK Set (Config.JWKS, parsed by ParseJWKS). Authenticator.Principal
+// P-384 keys ES384), a JWK Set (Config.JWKS, parsed by ParseJWKS), or the HTTPS address of one
+// (Config.JWKSURL: fetched by MicahParks/keyfunc over jwkset, cached, refreshed every
+// Config.JWKSRefresh and for a token naming an unknown "kid" at most once per
+// Config.JWKSUnknownKID, the last good set kept while fetches fail; Close stops the
+// refreshes). Authenticator.Principal
 // has the signature of conversation.Config.Principal: it takes the token from the request
 // (TokenFromRequest: an "Authorization: Bearer" header, else the named cookie, else the named
 // query parameter, since browsers cannot set headers on a WebSocket handshake), verifies it,
-// and returns its subject ("sub") as the principal.
+// and returns its subject ("sub") as the principal; Authenticator.Identify and VerifyIdentity
+// return its expiry too, for sockets that outlive their handshake.
 //
 // Invariants:
 //   - The accepted algorithms are pinned to the configured keys: a secret accepts HS256 only,
 //     public keys only their own algorithm, so "none" and HS/RS confusion (a public key used as
-//     an HMAC secret) are refused before any signature is checked.
+//     an HMAC secret) are refused before any signature is checked. Keys fetched from
+//     Config.JWKSURL are pinned the same way, key by key.
 //   - "exp" is required and checked; "nbf" and "iat" are checked when present; "aud" and "iss"
 //     are required and checked when Config.Audience and Config.Issuer are set.
 //   - "sub" is required: non-empty printable UTF-8 of at most MaxSubjectLen bytes.
@@ -31,6 +37,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"time"
 	"unicode"
@@ -63,7 +70,7 @@ const (
 	DefaultQueryParam = "access_token"
 )
 
-// Config configures an Authenticator. Exactly one of Secret, PEM and JWKS is set.
+// Config configures an Authenticator. Exactly one of Secret, PEM, JWKS and JWKSURL is set.
 type Config struct {
 	// Secret is an HS256 secret of at least MinSecretLen bytes.
 	Secret []byte
@@ -72,6 +79,19 @@ type Config struct {
 	PEM []byte
 	// JWKS is a JWK Set document (RFC 7517), as ParseJWKS reads it.
 	JWKS []byte
+	// JWKSURL is the https:// address of a JWK Set (an identity provider's jwks_uri). New
+	// fetches it once and fails if it cannot; plain http:// is refused, since whoever can
+	// change the set in transit can sign tokens.
+	JWKSURL string
+	// JWKSRootCAs are the CAs trusted for JWKSURL (default: the system's).
+	JWKSRootCAs *x509.CertPool
+	// JWKSRefresh is the period of the scheduled fetch of JWKSURL (default
+	// DefaultJWKSRefresh); JWKSUnknownKID the least time between fetches caused by tokens
+	// naming an unknown "kid" (default DefaultJWKSUnknownKID).
+	JWKSRefresh    time.Duration
+	JWKSUnknownKID time.Duration
+	// Logger receives the failures of scheduled JWK Set fetches (default: discard).
+	Logger *slog.Logger
 	// Audience, if set, must be among the token's "aud".
 	Audience string
 	// Issuer, if set, must equal the token's "iss".
@@ -98,6 +118,8 @@ type key struct {
 // Authenticator verifies tokens. It is safe for concurrent use.
 type Authenticator struct {
 	keys       []key
+	remote     *remoteKeys // Config.JWKSURL; nil otherwise
+	leeway     time.Duration
 	parser     *jwt.Parser
 	cookie     string
 	queryParam string
@@ -106,18 +128,19 @@ type Authenticator struct {
 // New validates cfg and returns an Authenticator.
 func New(cfg Config) (*Authenticator, error) {
 	sources := 0
-	for _, s := range [][]byte{cfg.Secret, cfg.PEM, cfg.JWKS} {
+	for _, s := range [][]byte{cfg.Secret, cfg.PEM, cfg.JWKS, []byte(cfg.JWKSURL)} {
 		if len(s) > 0 {
 			sources++
 		}
 	}
 	if sources != 1 {
-		return nil, fmt.Errorf("%w: want exactly one of a secret, PEM public keys or a JWK Set", ErrConfig)
+		return nil, fmt.Errorf("%w: want exactly one of a secret, PEM public keys, a JWK Set or its URL", ErrConfig)
 	}
 	if cfg.Leeway < 0 {
 		return nil, fmt.Errorf("%w: negative leeway", ErrConfig)
 	}
 	var keys []key
+	var remote *remoteKeys
 	switch {
 	case len(cfg.Secret) > 0:
 		if len(cfg.Secret) < MinSecretLen {
@@ -129,6 +152,11 @@ func New(cfg Config) (*Authenticator, error) {
 		if keys, err = parsePEM(cfg.PEM); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
 		}
+	case cfg.JWKSURL != "":
+		var err error
+		if remote, err = newRemoteKeys(cfg); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrConfig, err)
+		}
 	default:
 		set, err := ParseJWKS(cfg.JWKS)
 		if err != nil {
@@ -138,8 +166,12 @@ func New(cfg Config) (*Authenticator, error) {
 			keys = append(keys, key{kid: k.KID, alg: k.Alg, pub: k.Key})
 		}
 	}
+	methods := algorithms(keys)
+	if remote != nil {
+		methods = jwksAlgorithms
+	}
 	opts := []jwt.ParserOption{
-		jwt.WithValidMethods(algorithms(keys)),
+		jwt.WithValidMethods(methods),
 		jwt.WithExpirationRequired(),
 		jwt.WithLeeway(cfg.Leeway),
 		jwt.WithIssuedAt(),
@@ -153,7 +185,7 @@ func New(cfg Config) (*Authenticator, error) {
 	if cfg.Now != nil {
 		opts = append(opts, jwt.WithTimeFunc(cfg.Now))
 	}
-	a := &Authenticator{keys: keys, parser: jwt.NewParser(opts...), cookie: cfg.Cookie, queryParam: cfg.QueryParam}
+	a := &Authenticator{keys: keys, remote: remote, leeway: cfg.Leeway, parser: jwt.NewParser(opts...), cookie: cfg.Cookie, queryParam: cfg.QueryParam}
 	if a.cookie == "" {
 		a.cookie = DefaultCookie
 	}
@@ -170,7 +202,20 @@ func New(cfg Config) (*Authenticator, error) {
 }
 
 // Algorithms returns the algorithms the Authenticator accepts, e.g. [HS256].
-func (a *Authenticator) Algorithms() []string { return algorithms(a.keys) }
+func (a *Authenticator) Algorithms() []string {
+	if a.remote != nil {
+		return append([]string(nil), jwksAlgorithms...)
+	}
+	return algorithms(a.keys)
+}
+
+// Close stops the refreshes of Config.JWKSURL; tokens of the keys fetched so far still
+// verify. It is idempotent, and does nothing for the other key sources.
+func (a *Authenticator) Close() {
+	if a.remote != nil {
+		a.remote.close()
+	}
+}
 
 // algorithms returns the distinct algorithms of keys, in order.
 func algorithms(keys []key) []string {
@@ -197,22 +242,48 @@ func (a *Authenticator) Principal(r *http.Request) (string, error) {
 
 // Verify checks a token's signature and claims and returns its subject.
 func (a *Authenticator) Verify(token string) (string, error) {
+	id, err := a.VerifyIdentity(token)
+	return id.Subject, err
+}
+
+// Identity is what a verified token says: who, and until when.
+type Identity struct {
+	Subject string
+	// Expires is the token's "exp" plus Config.Leeway: the last instant it verifies.
+	Expires time.Time
+}
+
+// Identify is Principal returning the token's expiry too.
+func (a *Authenticator) Identify(r *http.Request) (Identity, error) {
+	tok, err := TokenFromRequest(r, a.cookie, a.queryParam)
+	if err != nil {
+		return Identity{}, err
+	}
+	return a.VerifyIdentity(tok)
+}
+
+// VerifyIdentity is Verify returning the token's expiry too.
+func (a *Authenticator) VerifyIdentity(token string) (Identity, error) {
 	if len(token) > MaxTokenLen {
-		return "", fmt.Errorf("%w: longer than %d bytes", ErrInvalidToken, MaxTokenLen)
+		return Identity{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalidToken, MaxTokenLen)
 	}
 	var claims jwt.RegisteredClaims
 	if _, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
-		return "", fmt.Errorf("%w: %w", ErrInvalidToken, err)
+		return Identity{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
 	if !validSubject(claims.Subject) {
-		return "", fmt.Errorf("%w: the subject (sub) must be non-empty printable text of at most %d bytes", ErrInvalidToken, MaxSubjectLen)
+		return Identity{}, fmt.Errorf("%w: the subject (sub) must be non-empty printable text of at most %d bytes", ErrInvalidToken, MaxSubjectLen)
 	}
-	return claims.Subject, nil
+	// The parser requires exp.
+	return Identity{Subject: claims.Subject, Expires: claims.ExpiresAt.Add(a.leeway)}, nil
 }
 
 // keyFor returns the keys that may verify t: those of its algorithm (WithValidMethods has
 // already refused any other), and of its key id when both name one.
 func (a *Authenticator) keyFor(t *jwt.Token) (any, error) {
+	if a.remote != nil {
+		return a.remote.keyFor(t)
+	}
 	alg := t.Method.Alg()
 	kid, _ := t.Header["kid"].(string)
 	var set jwt.VerificationKeySet

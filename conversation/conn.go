@@ -210,6 +210,10 @@ func (c *conn) Expire(r heartbeat.Reason) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.logAttrs(slog.LevelDebug, "heartbeat close", slog.String(keyReason, r.String()))
+	if r == heartbeat.Deadline {
+		c.expireTokenLocked()
+		return
+	}
 	if r == heartbeat.Dead {
 		c.abrupt = true
 		c.requestCloseLocked(websocket.StatusGoingAway, "no pong", false)

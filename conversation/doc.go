@@ -3,8 +3,8 @@
 //
 // New builds a Server from a Config; Server.ServeHTTP upgrades a request to a socket and
 // serves it until it closes; Server.HTTPHandler(SSE or NDJSON) returns the HTTP transport;
-// Server.Shutdown closes every socket and drains the turns. Config.Principal authenticates
-// every request.
+// Server.Shutdown closes every socket and drains the turns. Config.Principal (or
+// Config.Tokens) authenticates every request.
 //
 // # Turns and replays
 //
@@ -23,7 +23,7 @@
 // # Conversation and resume sockets
 //
 // A request without an offset query parameter becomes a conversation socket: its text
-// frames are run frames or abort frames (protocol.DecodeClientFrame). Frames that are not
+// frames are run frames, abort frames or auth frames (protocol.DecodeClientFrame). Frames that are not
 // JSON are dropped and counted, binary frames ignored. A run frame that cannot start a turn
 // is answered with a bare RUN_ERROR and the socket stays open: code invalid_input (invalid
 // frame), forbidden (another principal's runId), log_unavailable (the log cannot be
@@ -42,6 +42,15 @@
 //	1011 "resume failed"          the log could not be read
 //	1012 "service restart"        Shutdown (every socket)
 //	1013 "slow consumer"          the outbound queue overflowed (conversation sockets)
+//	4401 "token expired"          the token's expiry passed (conversation sockets, Config.Tokens)
+//
+// With Config.Tokens, a conversation socket's principal expires with its token (authframe.go):
+// the expiry is a deadline of the socket's heartbeat.Entry (no timer of its own), which the
+// wheel turns into the 4401 close; a frame read after it closes the socket at once, so no turn
+// starts on an expired principal. An auth frame with a valid token of the same principal moves
+// the deadline and is answered with a bare CUSTOM auth.accepted; another principal's token gets
+// a bare RUN_ERROR (code forbidden), an invalid one (code unauthorized), and change nothing.
+// Turns outlive the close as they outlive any other.
 //
 // A principal holding Config.MaxSocketsPerPrincipal sockets and HTTP streams is refused 429
 // (MsgTooManySockets) before the upgrade.
@@ -54,7 +63,7 @@
 // Last-Event-ID, and GET ?runId=&offset=, replay the log (Last-Event-ID wins over offset).
 // A response ends when the log is closed. A live stream whose client falls behind its queue
 // continues from the log after the last offset it queued, so a slow client is never cut.
-// Refusals are 400, 401, 403 (an Origin that the socket would refuse), 404, 405, 413, 429
+// Refusals are 400 (also for an abort or auth frame), 401, 403 (an Origin that the socket would refuse), 404, 405, 413, 429
 // and 503; an invalid RunAgentInput or another principal's runId is a 200 stream holding one
 // bare RUN_ERROR, as on a socket.
 //

@@ -146,6 +146,8 @@ type envOptions struct {
 	runFrameBurst int
 	// wrap, if set, wraps the Store the Server uses.
 	wrap func(conversation.Store) conversation.Store
+	// tokens, if set, authenticates requests (Config.Tokens) instead of X-Principal.
+	tokens conversation.Tokens
 }
 
 // newEnv starts a gateway. Without a NATS URL it starts an embedded NATS server with
@@ -187,6 +189,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 			}
 			return "p1", nil
 		},
+		Tokens:  o.tokens,
 		Metrics: metrics.New(reg),
 		Logger:  slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})

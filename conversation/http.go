@@ -131,8 +131,8 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, protocol.ErrNotJSON):
 		http.Error(w, "the request body is not JSON: a RunAgentInput is expected", http.StatusBadRequest)
 		return
-	case err == nil && f.Kind == protocol.FrameAbort:
-		http.Error(w, "abort frames are accepted on a conversation socket only", http.StatusBadRequest)
+	case err == nil && f.Kind != protocol.FrameRun:
+		http.Error(w, "abort and auth frames are accepted on a conversation socket only", http.StatusBadRequest)
 		return
 	case err == nil && r.Header.Get(HeaderRunID) != "" && r.Header.Get(HeaderRunID) != f.RunID:
 		http.Error(w, "the X-Run-Id header differs from the body's runId", http.StatusBadRequest)

@@ -277,6 +277,7 @@ func TestHTTPRefused(t *testing.T) {
 		{"another principal's run", "GET", "/api/chat", "", other, []string{"runId", "owned", "offset", "-1"}, 404, "unknown or expired run"},
 		{"body not JSON", "POST", "/api/chat", "hello", nil, nil, 400, "not JSON"},
 		{"abort frame", "POST", "/api/chat", `{"type":"abort","runId":"owned"}`, nil, nil, 400, "conversation socket"},
+		{"auth frame", "POST", "/api/chat", `{"type":"auth","token":"a.b.c"}`, nil, nil, 400, "conversation socket"},
 		{"runId mismatch", "POST", "/api/chat", string(runFrame("a", script{})), http.Header{"X-Run-Id": {"b"}}, nil, 400, "X-Run-Id"},
 		{"foreign origin", "GET", "/api/chat", "", http.Header{"Origin": {"https://evil.example"}}, []string{"runId", "owned", "offset", "-1"}, 403, "origin not allowed"},
 		{"method", "PUT", "/api/chat", "", nil, nil, 405, "method not allowed"},

@@ -67,6 +67,9 @@ func TestMaxTurnsPerSocket(t *testing.T) {
 	}
 	cl.send(runFrame("c", script{Tokens: 1}))
 	expectLimit(t, cl.next(10*time.Second), "max-socket-turns")
+	if n := e.metric(t, "wsgateway_conversation_limit_refusals_total", "max_socket_turns"); n != 1 {
+		t.Errorf("limit refusals {max_socket_turns} = %v, want 1", n)
+	}
 	// A resubmit of a running runId is not a new turn.
 	cl.send(runFrame("a", script{Tokens: 1}))
 	if got := summary(cl.untilTerminal()); got != tokenTurn(1) {
@@ -100,6 +103,9 @@ func TestRunFrameRate(t *testing.T) {
 	for _, id := range []string{"c", "a", "e"} { // new runIds and a resubmit alike
 		cl.send(runFrame(id, script{Tokens: 1}))
 		expectLimit(t, cl.next(10*time.Second), "run-frame-rate")
+	}
+	if n := e.metric(t, "wsgateway_conversation_limit_refusals_total", "run_frame_rate"); n != 3 {
+		t.Errorf("limit refusals {run_frame_rate} = %v, want 3", n)
 	}
 	// Aborts are not counted: they still stop the turns.
 	for _, id := range []string{"a", "b"} {
@@ -174,6 +180,9 @@ func TestMaxSocketsPerPrincipal(t *testing.T) {
 		if code, body := r.do(); code != http.StatusTooManyRequests || strings.TrimSpace(body) != conversation.MsgTooManySockets {
 			t.Errorf("%s beyond the cap: %d %q, want 429 %q", r.name, code, body, conversation.MsgTooManySockets)
 		}
+	}
+	if n := e.metric(t, "wsgateway_conversation_limit_refusals_total", "max_principal_sockets"); n != float64(len(refusals)) {
+		t.Errorf("limit refusals {max_principal_sockets} = %v, want %d", n, len(refusals))
 	}
 	// Another principal is unaffected.
 	if code, _, _ := dialStatus(t, e.url(), "p2"); code != http.StatusSwitchingProtocols {

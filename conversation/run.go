@@ -60,6 +60,9 @@ func (c *conn) logEnd(err error) {
 
 // handle dispatches one text frame.
 func (c *conn) handle(data []byte) {
+	if c.tokenExpired() {
+		return
+	}
 	f, err := protocol.DecodeClientFrame(data)
 	switch {
 	case errors.Is(err, protocol.ErrNotJSON):
@@ -69,9 +72,12 @@ func (c *conn) handle(data []byte) {
 		c.Deliver("", protocol.AppendRunError(nil, err.Error(), CodeInvalidInput), time.Time{})
 	case f.Kind == protocol.FrameAbort:
 		c.abort(f.RunID)
+	case f.Kind == protocol.FrameAuth:
+		c.reauth(f.Token)
 	case f.Kind == protocol.FrameRun:
 		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
 			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
+			c.srv.cfg.Metrics.LimitRefused(metrics.LimitRunFrameRate)
 			c.Deliver("", protocol.AppendRunError(nil, MsgRunFrameRate, CodeLimitExceeded), time.Time{})
 			return
 		}
@@ -100,6 +106,7 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 		return // the socket is closing 1012
 	case err != nil:
 		c.logAttrs(slog.LevelDebug, "run frame refused: max-socket-turns", slog.String(keyRunID, in.RunID))
+		c.srv.cfg.Metrics.LimitRefused(metrics.LimitSocketTurns)
 		c.Deliver("", protocol.AppendRunError(nil, MsgTooManyTurns, CodeLimitExceeded), time.Time{})
 		return
 	}

@@ -68,6 +68,12 @@ type Config struct {
 	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
 	// every request is DefaultPrincipal.
 	Principal func(r *http.Request) (string, error)
+	// Tokens, if set, authenticates requests in place of Principal, and a conversation
+	// socket's principal then expires with its token: at the expiry the socket is closed
+	// 4401 "token expired" (StatusTokenExpired) unless an auth frame brought a fresh token
+	// of the same principal before; its turns go on into their logs. Resume sockets and HTTP
+	// streams start no turn, and follow their run to its end past the expiry.
+	Tokens Tokens
 	// Heartbeat configures pings, the pong timeout and the idle timeout (package defaults).
 	Heartbeat heartbeat.Config
 	// QueueSize and QueueBytes cap a socket's outbound queue, in frames and bytes (defaults
@@ -161,6 +167,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxSocketsPerPrincipal < 0 || cfg.RunFrameRate < 0 || cfg.RunFrameBurst < 0 {
 		return nil, fmt.Errorf("%w: negative limit", ErrConfig)
 	}
+	if cfg.Tokens != nil {
+		cfg.Principal = principalOf(cfg.Tokens)
+	}
 	if cfg.Principal == nil {
 		cfg.Principal = func(*http.Request) (string, error) { return DefaultPrincipal, nil }
 		cfg.MaxSocketsPerPrincipal = math.MaxInt // one principal for every client: no cap
@@ -250,7 +259,7 @@ const (
 // refuses with 503 once Shutdown has begun, with 401 when Config.Principal fails, and with
 // 429 when the principal holds Config.MaxSocketsPerPrincipal sockets and streams.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	principal, err := s.cfg.Principal(r)
+	principal, expires, err := s.identify(r)
 	if err != nil {
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
@@ -279,6 +288,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c := newConn(s, ws, hj.conn, kind, principal, r.RemoteAddr)
 	if kind == metrics.SocketConversation {
 		c.turnCtx = s.turnContext(r)
+		if !expires.IsZero() {
+			c.hb.SetDeadline(expires)
+		}
 	}
 	s.mu.Lock()
 	closing := s.closing
@@ -358,6 +370,7 @@ func (s *Server) release(principal string) {
 // refuseHold answers 429 to a principal over Config.MaxSocketsPerPrincipal.
 func (s *Server) refuseHold(w http.ResponseWriter, r *http.Request) {
 	s.log.Debug("request refused: principal over max-principal-sockets", slog.String(keyRemote, r.RemoteAddr))
+	s.cfg.Metrics.LimitRefused(metrics.LimitPrincipalSockets)
 	http.Error(w, MsgTooManySockets, http.StatusTooManyRequests)
 }
 

@@ -11,6 +11,8 @@
 //   - calls Peer.Expire(Idle) when no activity (Entry.Touch) happened for Config.IdleTimeout
 //     and no turn of the socket is still producing (Entry.TurnStarted / Entry.TurnEnded). The
 //     end of a turn counts as activity, so a client gets a full idle period to read a result.
+//   - calls Peer.Expire(Deadline) once the Entry's deadline (Entry.SetDeadline: the expiry
+//     of the socket's credentials) has passed, busy or not, within one tick of it.
 //
 // Peer methods are called from the Wheel's goroutine and must not block. Expire is called at
 // most once per Entry. Times are read from the time package, so tests run under
@@ -41,8 +43,9 @@ type Reason int
 
 // Reasons of Peer.Expire.
 const (
-	Idle Reason = iota + 1 // no activity and no producing turn for the idle timeout
-	Dead                   // a ping went unanswered for the pong timeout
+	Idle     Reason = iota + 1 // no activity and no producing turn for the idle timeout
+	Dead                       // a ping went unanswered for the pong timeout
+	Deadline                   // the deadline set with Entry.SetDeadline passed
 )
 
 func (r Reason) String() string {
@@ -51,6 +54,8 @@ func (r Reason) String() string {
 		return "idle"
 	case Dead:
 		return "dead"
+	case Deadline:
+		return "deadline"
 	}
 	return fmt.Sprintf("Reason(%d)", int(r))
 }
@@ -91,6 +96,8 @@ type Entry struct {
 	active atomic.Int64 // unix nanoseconds of the last activity
 	busy   atomic.Int32 // producing turns
 	pong   atomic.Bool  // the outstanding ping was answered
+	// deadline is the unix nanoseconds after which the peer expires; 0: none.
+	deadline atomic.Int64
 	// Guarded by w.mu.
 	nextPing time.Time
 	pingAt   time.Time // zero: no ping outstanding
@@ -158,6 +165,24 @@ func (e *Entry) Remove() {
 // Touch records activity (an inbound text frame): it restarts the idle period.
 func (e *Entry) Touch() { e.active.Store(time.Now().UnixNano()) }
 
+// SetDeadline makes the Wheel expire the peer (Deadline) once t has passed; the zero time
+// removes the deadline. It costs the Entry no timer: the Wheel's tick checks it.
+func (e *Entry) SetDeadline(t time.Time) {
+	var d int64
+	if !t.IsZero() {
+		d = max(t.UnixNano(), 1)
+	}
+	e.deadline.Store(d)
+}
+
+// Deadline returns the deadline set with SetDeadline; the zero time if none.
+func (e *Entry) Deadline() time.Time {
+	if d := e.deadline.Load(); d != 0 {
+		return time.Unix(0, d)
+	}
+	return time.Time{}
+}
+
 // Pong records the answer to the outstanding ping.
 func (e *Entry) Pong() { e.pong.Store(true) }
 
@@ -191,6 +216,11 @@ func (w *Wheel) sweep(now time.Time) {
 	defer w.mu.Unlock()
 	for e := range w.entries {
 		if e.expired {
+			continue
+		}
+		if d := e.deadline.Load(); d != 0 && now.UnixNano() >= d {
+			e.expired = true
+			e.peer.Expire(Deadline)
 			continue
 		}
 		if !e.pingAt.IsZero() {

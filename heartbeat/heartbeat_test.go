@@ -210,3 +210,36 @@ func TestConfig(t *testing.T) {
 		w.Close()
 	}
 }
+
+func TestDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		w := newWheel(t, cfg)
+		p := add(w, true)
+		p.e.TurnStarted() // a producing turn does not hold off a deadline
+		p.e.SetDeadline(time.Now().Add(3 * time.Second))
+		time.Sleep(2 * time.Second)
+		p.e.SetDeadline(time.Now().Add(10 * time.Second)) // extended at 2s: until 12s
+		if got := p.e.Deadline(); !got.Equal(time.Now().Add(10 * time.Second)) {
+			t.Errorf("Deadline() = %v, want %v", got, time.Now().Add(10*time.Second))
+		}
+		time.Sleep(9 * time.Second)
+		if _, expired, _ := p.snapshot(); len(expired) != 0 {
+			t.Fatalf("expired %v at 11s, want nothing before the extended deadline of 12s", expired)
+		}
+		time.Sleep(5 * time.Second)
+		_, expired, at := p.snapshot()
+		if len(expired) != 1 || expired[0] != Deadline || at < 12*time.Second || at > 12*time.Second+w.Config().Tick {
+			t.Errorf("expired %v at %v, want [deadline] once within a tick of 12s", expired, at)
+		}
+
+		q := add(w, true)
+		q.e.SetDeadline(time.Now().Add(time.Second))
+		q.e.SetDeadline(time.Time{}) // removed
+		time.Sleep(10 * time.Second)
+		if _, expired, _ := q.snapshot(); len(expired) != 0 {
+			t.Errorf("expired %v after its deadline was removed", expired)
+		}
+		p.e.Remove()
+		q.e.Remove()
+	})
+}

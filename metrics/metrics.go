@@ -16,10 +16,16 @@
 //	wsgateway_turn_delivery_duration_seconds               histogram agent emit → socket write
 //	wsgateway_conversation_resumes_total{result,transport} counter   result: ResumeResult, transport: Transport
 //	wsgateway_conversation_frames_dropped_total{reason}    counter   reason: DropReason
+//	wsgateway_conversation_limit_refusals_total{limit}     counter   limit: Limit
 //	wsgateway_jetstream_runs_reaped_total                  counter
+//	wsgateway_jetstream_ready                              gauge     1 ready, 0 not (SetReadyCheck)
+//
+// The Grafana dashboard and the Prometheus alert rules under deploy/ use these names; a test
+// of package e2e fails if they name a metric a gateway does not expose.
 package metrics
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -84,6 +90,18 @@ const (
 	DropSlowConsumer DropReason = "slow_consumer" // outbound frame refused: the queue overflowed and the socket was closed
 )
 
+// Limit is the limit label of refused requests and frames: the per-socket and per-principal
+// limits that refuse before anything starts (the per-run limits end turns instead, counted
+// as OutcomeLimitExceeded).
+type Limit string
+
+// Limits, named as their flags.
+const (
+	LimitSocketTurns      Limit = "max_socket_turns"      // a run frame beyond the turns of one socket
+	LimitRunFrameRate     Limit = "run_frame_rate"        // a run frame beyond the socket's rate
+	LimitPrincipalSockets Limit = "max_principal_sockets" // a socket or HTTP stream beyond the principal's
+)
+
 // Metrics holds the gateway's collectors. Its methods are safe for concurrent use; a nil
 // *Metrics records nothing.
 type Metrics struct {
@@ -95,7 +113,9 @@ type Metrics struct {
 	deliveryLatency prometheus.Histogram
 	resumes         *prometheus.CounterVec
 	framesDropped   *prometheus.CounterVec
+	limitRefusals   *prometheus.CounterVec
 	runsReaped      prometheus.Counter
+	ready           *readyCollector
 }
 
 // latencyBuckets span 100 µs to about 3 s.
@@ -139,13 +159,20 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: "wsgateway", Subsystem: "conversation", Name: "frames_dropped_total",
 			Help: "Frames dropped, by reason.",
 		}, []string{"reason"}),
+		limitRefusals: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "conversation", Name: "limit_refusals_total",
+			Help: "Run frames, sockets and HTTP streams refused by a per-socket or per-principal limit, by limit.",
+		}, []string{"limit"}),
+		ready: &readyCollector{desc: prometheus.NewDesc("wsgateway_jetstream_ready",
+			"1 when NATS is connected and the run log's stream and buckets answer (as GET /readyz), else 0; asked at each scrape.",
+			nil, nil)},
 		runsReaped: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "wsgateway", Subsystem: "jetstream", Name: "runs_reaped_total",
 			Help: "Runs whose producer was lost, terminated by this process's reaper.",
 		}),
 	}
 	reg.MustRegister(m.openSockets, m.turnsStarted, m.turnsEnded, m.eventsAppended,
-		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.runsReaped)
+		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.limitRefusals, m.runsReaped, m.ready)
 	// Expose every closed-set series from the start, so dashboards see zeros, not gaps.
 	for _, t := range transports {
 		for _, k := range []SocketKind{SocketConversation, SocketResume} {
@@ -164,6 +191,9 @@ func New(reg prometheus.Registerer) *Metrics {
 	}
 	for _, d := range []DropReason{DropNotJSON, DropBinary, DropPingQueue, DropSlowConsumer} {
 		m.framesDropped.WithLabelValues(string(d))
+	}
+	for _, l := range []Limit{LimitSocketTurns, LimitRunFrameRate, LimitPrincipalSockets} {
+		m.limitRefusals.WithLabelValues(string(l))
 	}
 	return m
 }
@@ -230,4 +260,40 @@ func (m *Metrics) RunReaped() {
 	if m != nil {
 		m.runsReaped.Inc()
 	}
+}
+
+// LimitRefused counts a request or frame refused by limit l.
+func (m *Metrics) LimitRefused(l Limit) {
+	if m != nil {
+		m.limitRefusals.WithLabelValues(string(l)).Inc()
+	}
+}
+
+// SetReadyCheck sets the check behind wsgateway_jetstream_ready, called at each scrape; it
+// must return within the scrape timeout. Until it is set the gauge is not exposed.
+func (m *Metrics) SetReadyCheck(check func() bool) {
+	if m != nil {
+		m.ready.check.Store(&check)
+	}
+}
+
+// readyCollector exposes wsgateway_jetstream_ready from a check run at scrape time, so the
+// value is never older than the scrape and nothing polls between scrapes.
+type readyCollector struct {
+	desc  *prometheus.Desc
+	check atomic.Pointer[func() bool]
+}
+
+func (c *readyCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *readyCollector) Collect(ch chan<- prometheus.Metric) {
+	f := c.check.Load()
+	if f == nil {
+		return
+	}
+	v := 0.0
+	if (*f)() {
+		v = 1
+	}
+	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v)
 }

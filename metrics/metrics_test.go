@@ -24,7 +24,10 @@ func TestNames(t *testing.T) {
 	m.Delivered(time.Millisecond)
 	m.Resume(TransportWebSocket, ResumeUnknownRun)
 	m.FrameDropped(DropNotJSON)
+	m.LimitRefused(LimitRunFrameRate)
 	m.RunReaped()
+	ready := true
+	m.SetReadyCheck(func() bool { return ready })
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -59,12 +62,23 @@ func TestNames(t *testing.T) {
 		{"wsgateway_conversation_resumes_total", "unknown_run,ndjson", 0},
 		{"wsgateway_conversation_frames_dropped_total", "not_json", 1},
 		{"wsgateway_conversation_frames_dropped_total", "binary", 0},
+		{"wsgateway_conversation_limit_refusals_total", "run_frame_rate", 1},
+		{"wsgateway_conversation_limit_refusals_total", "max_socket_turns", 0},
+		{"wsgateway_conversation_limit_refusals_total", "max_principal_sockets", 0},
 		{"wsgateway_jetstream_runs_reaped_total", "", 1},
+		{"wsgateway_jetstream_ready", "", 1},
 	}
 	for _, tt := range tests {
 		if got := value(t, families, tt.name, tt.label); got != tt.want {
 			t.Errorf("%s{%s} = %v, want %v", tt.name, tt.label, got, tt.want)
 		}
+	}
+	ready = false
+	if families, err = reg.Gather(); err != nil {
+		t.Fatal(err)
+	}
+	if got := value(t, families, "wsgateway_jetstream_ready", ""); got != 0 {
+		t.Errorf("wsgateway_jetstream_ready = %v once the check fails, want 0", got)
 	}
 }
 
@@ -108,6 +122,8 @@ func TestNilRecordsNothing(t *testing.T) {
 	m.Resume(TransportNDJSON, ResumeCompleted)
 	m.FrameDropped(DropBinary)
 	m.RunReaped()
+	m.LimitRefused(LimitSocketTurns)
+	m.SetReadyCheck(func() bool { return true })
 	m.TurnStarted()
 	m.SocketClosed(TransportWebSocket, SocketResume)
 }

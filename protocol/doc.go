@@ -28,8 +28,8 @@
 //
 // # Frames and run input
 //
-// [DecodeClientFrame] classifies an inbound text frame as an abort or a run
-// frame whose [RunAgentInput] is validated by [DecodeRunAgentInput] (errors are
+// [DecodeClientFrame] classifies an inbound text frame as an abort, an auth
+// frame (a fresh token for the socket), or a run frame whose [RunAgentInput] is validated by [DecodeRunAgentInput] (errors are
 // [*InputError]s naming the field). [AppendEnvelope], [AppendRunError] and
 // [PingFrame] build the outbound frames; [DecodeServerFrame] reads them back,
 // and [Fields] reads a few fields of many frames without allocating.

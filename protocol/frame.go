@@ -21,21 +21,26 @@ const (
 	FrameEvent
 	// FramePing is the server heartbeat {"type":"ping"}.
 	FramePing
+	// FrameAuth is a client auth frame: {"type":"auth","token":s}, a fresh token for the
+	// socket's principal.
+	FrameAuth
 )
 
 // ClientFrame is a decoded inbound text frame.
 type ClientFrame struct {
-	Kind  FrameKind      // FrameRun or FrameAbort
+	Kind  FrameKind      // FrameRun, FrameAbort or FrameAuth
 	RunID string         // the run to abort, or Input.RunID
 	Input *RunAgentInput // FrameRun only
+	Token string         // FrameAuth only; not checked beyond being a non-empty string
 }
 
 // ErrBadFrame reports a server frame that is none of envelope, bare event, ping.
 var ErrBadFrame = errors.New("protocol: not a gateway frame")
 
 // DecodeClientFrame classifies an inbound text frame: an abort
-// ({"type":"abort","runId":s}), or a run frame (anything else, decoded as a
-// RunAgentInput). Input that is not JSON wraps ErrNotJSON (the socket drops
+// ({"type":"abort","runId":s}), an auth frame ({"type":"auth","token":s}; one
+// whose token is not a non-empty string is an *InputError), or a run frame
+// (anything else, decoded as a RunAgentInput). Input that is not JSON wraps ErrNotJSON (the socket drops
 // it); valid JSON that is not a valid input is an *InputError, which the
 // gateway answers with a bare RUN_ERROR (code invalid_input, message
 // err.Error()).
@@ -47,10 +52,17 @@ func DecodeClientFrame(data []byte) (ClientFrame, error) {
 	raw := buf.Bytes()
 	if isObject(raw) {
 		ms := splitObject(raw, nil)
-		if t := lookup(ms, "type"); isString(t) && unquote(t) == "abort" {
+		t := lookup(ms, "type")
+		if isString(t) && unquote(t) == "abort" {
 			if id := lookup(ms, "runId"); isString(id) {
 				return ClientFrame{Kind: FrameAbort, RunID: unquote(id)}, nil
 			}
+		}
+		if isString(t) && unquote(t) == "auth" {
+			if tok := lookup(ms, "token"); isString(tok) && unquote(tok) != "" {
+				return ClientFrame{Kind: FrameAuth, Token: unquote(tok)}, nil
+			}
+			return ClientFrame{}, inputErr("token", "required non-empty string in an auth frame")
 		}
 	}
 	in, err := decodeInput(raw)

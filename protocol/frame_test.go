@@ -12,12 +12,17 @@ func TestDecodeClientFrame(t *testing.T) {
 		in      string
 		kind    FrameKind
 		runID   string
+		token   string
 		wantErr string // exact error text; "" for success
 		notJSON bool
 	}{
 		{name: "abort", in: `{"type":"abort","runId":"run-1724320000000-k3j9x2"}`, kind: FrameAbort, runID: "run-1724320000000-k3j9x2"},
 		{name: "run", in: `{"threadId":"t","runId":"r","messages":[{"id":"u1","role":"user","content":"hi"}],"extra":1}`, kind: FrameRun, runID: "r"},
 		{name: "abort without runId is a run frame", in: `{"type":"abort"}`, wantErr: "threadId: required non-empty string"},
+		{name: "auth", in: `{"type":"auth","token":"aaa.bbb.ccc"}`, kind: FrameAuth, token: "aaa.bbb.ccc"},
+		{name: "auth without token", in: `{"type":"auth"}`, wantErr: "token: required non-empty string in an auth frame"},
+		{name: "auth with an empty token", in: `{"type":"auth","token":""}`, wantErr: "token: required non-empty string in an auth frame"},
+		{name: "auth with a token not a string", in: `{"type":"auth","token":1}`, wantErr: "token: required non-empty string in an auth frame"},
 		{name: "not JSON", in: `{"threadId":`, notJSON: true},
 		{name: "not an object", in: `[1]`, wantErr: "run input must be a JSON object, not array"},
 		{name: "empty threadId", in: `{"threadId":"","runId":"r","messages":[]}`, wantErr: "threadId: required non-empty string"},
@@ -51,7 +56,7 @@ func TestDecodeClientFrame(t *testing.T) {
 					t.Fatalf("DecodeClientFrame(%s) = %v, want %q", tt.in, err, tt.wantErr)
 				}
 			default:
-				if err != nil || fr.Kind != tt.kind || fr.RunID != tt.runID {
+				if err != nil || fr.Kind != tt.kind || fr.RunID != tt.runID || fr.Token != tt.token {
 					t.Fatalf("DecodeClientFrame(%s) = %+v, %v; want kind %d runId %q", tt.in, fr, err, tt.kind, tt.runID)
 				}
 			}

@@ -153,6 +153,7 @@ func FuzzDecodeRunAgentInput(f *testing.F) {
 func FuzzDecodeClientFrame(f *testing.F) {
 	f.Add([]byte(`{"type":"abort","runId":"run-1"}`))
 	f.Add([]byte(`{"type":"abort"}`))
+	f.Add([]byte(`{"type":"auth","token":"a.b.c"}`))
 	f.Add([]byte(`{"threadId":"t","runId":"r","messages":[]}`))
 	f.Add([]byte(`not json`))
 	f.Fuzz(func(t *testing.T, data []byte) {
@@ -175,6 +176,10 @@ func FuzzDecodeClientFrame(f *testing.F) {
 		case FrameRun:
 			if fr.Input == nil || fr.RunID != fr.Input.RunID || fr.RunID == "" {
 				t.Fatalf("run frame %+v", fr)
+			}
+		case FrameAuth:
+			if fr.Input != nil || fr.Token == "" {
+				t.Fatalf("auth frame %+v", fr)
 			}
 		default:
 			t.Fatalf("DecodeClientFrame(%q) kind %d", data, fr.Kind)

@@ -57,6 +57,9 @@ type serveConfig struct {
 	jwtSecretEnv     string // name of the environment variable holding the HS256 secret
 	jwtKeyFile       string
 	jwtJWKSFile      string
+	jwtJWKSURL       string
+	jwtJWKSCA        string
+	jwtJWKSRefresh   time.Duration
 	jwtAudience      string
 	jwtIssuer        string
 	jwtCookie        string
@@ -209,6 +212,17 @@ var serveFlags = []serveFlag{
 	{"jwt-secret-env", "", "name of the environment variable holding the HS256 secret (at least 32 bytes; never the secret itself)", stringSetter(func(c *serveConfig) *string { return &c.jwtSecretEnv })},
 	{"jwt-key-file", "", "PEM file of the public keys that verify tokens (RSA: RS256; EC P-256: ES256, P-384: ES384)", stringSetter(func(c *serveConfig) *string { return &c.jwtKeyFile })},
 	{"jwt-jwks-file", "", "JWK Set file (RFC 7517) of the public keys that verify tokens", stringSetter(func(c *serveConfig) *string { return &c.jwtJWKSFile })},
+	{"jwt-jwks-url", "", "https:// URL of the identity provider's JWK Set (its jwks_uri), fetched at start, every --jwt-jwks-refresh and for a token of an unknown kid (at most once a minute); the last good set is kept through an outage", func(c *serveConfig, v string) error {
+		if v != "" {
+			if u, err := url.Parse(v); err != nil || u.Scheme != "https" || u.Host == "" {
+				return errors.New("want an https:// URL")
+			}
+		}
+		c.jwtJWKSURL = v
+		return nil
+	}},
+	{"jwt-jwks-ca", "", "PEM file of CAs to trust for --jwt-jwks-url besides the system's", stringSetter(func(c *serveConfig) *string { return &c.jwtJWKSCA })},
+	{"jwt-jwks-refresh", "15m", "period of the scheduled fetch of --jwt-jwks-url", durationSetter(func(c *serveConfig) *time.Duration { return &c.jwtJWKSRefresh })},
 	{"jwt-audience", "", "required audience (aud) of tokens; empty: not checked", stringSetter(func(c *serveConfig) *string { return &c.jwtAudience })},
 	{"jwt-issuer", "", "required issuer (iss) of tokens; empty: not checked", stringSetter(func(c *serveConfig) *string { return &c.jwtIssuer })},
 	{"jwt-cookie", auth.DefaultCookie, "cookie that may carry the token (browsers cannot set WebSocket headers); - disables it", nameSetter(func(c *serveConfig) *string { return &c.jwtCookie })},
@@ -529,14 +543,16 @@ func isToken(s string) bool {
 // checkSecurity checks the flags of authentication and TLS together.
 func checkSecurity(cfg *serveConfig) error {
 	keys := 0
-	for _, k := range []string{cfg.jwtSecretEnv, cfg.jwtKeyFile, cfg.jwtJWKSFile} {
+	for _, k := range []string{cfg.jwtSecretEnv, cfg.jwtKeyFile, cfg.jwtJWKSFile, cfg.jwtJWKSURL} {
 		if k != "" {
 			keys++
 		}
 	}
 	switch {
 	case cfg.auth == authJWT && keys != 1:
-		return fmt.Errorf("%w: --auth jwt needs exactly one of --jwt-secret-env, --jwt-key-file and --jwt-jwks-file", errUsage)
+		return fmt.Errorf("%w: --auth jwt needs exactly one of --jwt-secret-env, --jwt-key-file, --jwt-jwks-file and --jwt-jwks-url", errUsage)
+	case cfg.jwtJWKSCA != "" && cfg.jwtJWKSURL == "":
+		return fmt.Errorf("%w: --jwt-jwks-ca applies to --jwt-jwks-url", errUsage)
 	case cfg.auth == authNone && (keys > 0 || cfg.jwtAudience != "" || cfg.jwtIssuer != ""):
 		return fmt.Errorf("%w: --jwt-* flags need --auth jwt", errUsage)
 	case (cfg.tlsCert == "") != (cfg.tlsKey == ""):

@@ -45,6 +45,7 @@ func TestParseServeDefaults(t *testing.T) {
 		logLevel:     "info",
 	}
 	want.auth, want.jwtCookie, want.jwtQueryParam = "none", "wsgateway_token", "access_token"
+	want.jwtJWKSRefresh = 15 * time.Minute
 	want.readLimit, want.headerTimeout, want.handshakeTimeout = 1<<20, 10*time.Second, 30*time.Second
 	want.maxRunEvents, want.maxRunBytes, want.maxEventBytes = 100000, 64<<20, 1<<20
 	want.agentIdleTimeout = 5 * time.Minute
@@ -220,7 +221,9 @@ func TestParseServeSecurity(t *testing.T) {
 		want string
 	}{
 		{[]string{"--auth", "basic"}, "want none or jwt"},
-		{[]string{"--auth", "jwt"}, "--auth jwt needs exactly one of --jwt-secret-env, --jwt-key-file and --jwt-jwks-file"},
+		{[]string{"--auth", "jwt"}, "--auth jwt needs exactly one of --jwt-secret-env, --jwt-key-file, --jwt-jwks-file and --jwt-jwks-url"},
+		{[]string{"--auth", "jwt", "--jwt-jwks-url", "http://idp.example/jwks"}, "want an https:// URL"},
+		{[]string{"--auth", "jwt", "--jwt-secret-env", "S", "--jwt-jwks-ca", "ca.pem"}, "--jwt-jwks-ca applies to --jwt-jwks-url"},
 		{[]string{"--auth", "jwt", "--jwt-secret-env", "S", "--jwt-key-file", "k.pem"}, "needs exactly one"},
 		{[]string{"--jwt-key-file", "k.pem"}, "--jwt-* flags need --auth jwt"},
 		{[]string{"--jwt-audience", "a"}, "--jwt-* flags need --auth jwt"},

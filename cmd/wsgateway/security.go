@@ -2,13 +2,17 @@ package main
 
 import (
 	"crypto/tls"
+	"crypto/x509"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/wsgateway/wsgateway/auth"
+	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/turn"
 )
 
@@ -22,11 +26,11 @@ const (
 	keyOrigins = "allowed_origins"
 )
 
-// newPrincipal returns the conversation.Config.Principal of --auth and a description of the
-// mode for the start line. With --auth none it returns nil (every client is the default
-// principal) and logs a warning. Refused handshakes are logged at debug level, with the
-// reason and never the token.
-func newPrincipal(cfg serveConfig, getenv func(string) (string, bool), log *slog.Logger) (func(*http.Request) (string, error), string, error) {
+// newAuthenticator returns the Authenticator of --auth and a description of the mode for the
+// start line. With --auth none it returns nil (every client is the default principal) and
+// logs a warning. The caller closes the Authenticator (it stops the refreshes of
+// --jwt-jwks-url).
+func newAuthenticator(cfg serveConfig, getenv func(string) (string, bool), log *slog.Logger) (*auth.Authenticator, string, error) {
 	if cfg.auth == authNone {
 		log.Warn("authentication is off (--auth none): every client is one principal and may resume, join and abort every run; use it for development only")
 		return nil, "off (development mode: no authentication)", nil
@@ -49,6 +53,13 @@ func newPrincipal(cfg serveConfig, getenv func(string) (string, bool), log *slog
 		if acfg.PEM, err = os.ReadFile(cfg.jwtKeyFile); err != nil {
 			return nil, "", fmt.Errorf("%w: --jwt-key-file: %v", errUsage, err)
 		}
+	case cfg.jwtJWKSURL != "":
+		acfg.JWKSURL, acfg.JWKSRefresh, acfg.Logger = cfg.jwtJWKSURL, cfg.jwtJWKSRefresh, log
+		if cfg.jwtJWKSCA != "" {
+			if acfg.JWKSRootCAs, err = certPool(cfg.jwtJWKSCA); err != nil {
+				return nil, "", fmt.Errorf("%w: --jwt-jwks-ca: %v", errUsage, err)
+			}
+		}
 	default:
 		if acfg.JWKS, err = os.ReadFile(cfg.jwtJWKSFile); err != nil {
 			return nil, "", fmt.Errorf("%w: --jwt-jwks-file: %v", errUsage, err)
@@ -61,14 +72,55 @@ func newPrincipal(cfg serveConfig, getenv func(string) (string, bool), log *slog
 	if cfg.jwtAudience == "" {
 		log.Warn("--jwt-audience is empty: tokens issued for other services are accepted too")
 	}
-	principal := func(r *http.Request) (string, error) {
-		p, err := a.Principal(r)
-		if err != nil {
-			log.Debug("handshake refused", keyRemote, r.RemoteAddr, keyErr, err.Error())
-		}
-		return p, err
+	mode := "jwt (" + strings.Join(a.Algorithms(), ", ") + ")"
+	if cfg.jwtJWKSURL != "" {
+		mode = "jwt (JWK Set of " + cfg.jwtJWKSURL + ": " + strings.Join(a.Algorithms(), ", ") + ")"
 	}
-	return principal, "jwt (" + strings.Join(a.Algorithms(), ", ") + ")", nil
+	return a, mode, nil
+}
+
+// tokensOf returns the conversation.Config.Tokens of a: nil for nil.
+func tokensOf(a *auth.Authenticator, log *slog.Logger) conversation.Tokens {
+	if a == nil {
+		return nil
+	}
+	return jwtTokens{a: a, log: log}
+}
+
+// jwtTokens is conversation.Tokens over an Authenticator. Refused handshakes are logged at
+// debug level, with the reason and never the token (the socket answers refused auth frames).
+type jwtTokens struct {
+	a   *auth.Authenticator
+	log *slog.Logger
+}
+
+func (j jwtTokens) Identify(r *http.Request) (string, time.Time, error) {
+	id, err := j.a.Identify(r)
+	if err != nil {
+		j.log.Debug("handshake refused", keyRemote, r.RemoteAddr, keyErr, err.Error())
+	}
+	return id.Subject, id.Expires, err
+}
+
+func (j jwtTokens) Verify(token string) (string, time.Time, error) {
+	id, err := j.a.VerifyIdentity(token)
+	return id.Subject, id.Expires, err
+}
+
+// certPool returns the system's roots plus the certificates of the PEM file at path.
+func certPool(path string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, errors.New("no PEM certificate found")
+	}
+	return pool, nil
 }
 
 // newTLSConfig loads --tls-cert and --tls-key; nil without them.

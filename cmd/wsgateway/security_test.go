@@ -8,10 +8,12 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"io"
+	"log"
 	"log/slog"
 	"math/big"
 	"net"
@@ -210,6 +212,8 @@ func TestNewPrincipalErrors(t *testing.T) {
 		{[]string{"--auth", "jwt", "--jwt-key-file", filepath.Join(dir, "missing.pem")}, nil, "--jwt-key-file"},
 		{[]string{"--auth", "jwt", "--jwt-key-file", priv}, nil, "never a private key"},
 		{[]string{"--auth", "jwt", "--jwt-jwks-file", jwks}, nil, "no RSA or EC signature key"},
+		{[]string{"--auth", "jwt", "--jwt-jwks-url", "https://127.0.0.1:1/jwks"}, nil, "fetching the JWK Set"},
+		{[]string{"--auth", "jwt", "--jwt-jwks-url", "https://127.0.0.1:1/jwks", "--jwt-jwks-ca", jwks}, nil, "--jwt-jwks-ca: no PEM certificate found"},
 	}
 	log := slog.New(slog.DiscardHandler)
 	for _, tt := range tests {
@@ -217,17 +221,79 @@ func TestNewPrincipalErrors(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parseServe(%q): %v", tt.args, err)
 		}
-		_, _, err = newPrincipal(cfg, env(tt.env), log)
+		_, _, err = newAuthenticator(cfg, env(tt.env), log)
 		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.want) {
-			t.Errorf("newPrincipal(%q) error = %v, want errUsage containing %q", tt.args, err, tt.want)
+			t.Errorf("newAuthenticator(%q) error = %v, want errUsage containing %q", tt.args, err, tt.want)
 		}
 	}
 	cfg, _ := parseServe(nil, env(nil), io.Discard)
-	if p, mode, err := newPrincipal(cfg, env(nil), log); p != nil || err != nil || !strings.Contains(mode, "off") {
-		t.Errorf("newPrincipal(--auth none) = %v, %q, %v; want nil, a mode saying off", p != nil, mode, err)
+	if a, mode, err := newAuthenticator(cfg, env(nil), log); a != nil || err != nil || !strings.Contains(mode, "off") {
+		t.Errorf("newAuthenticator(--auth none) = %v, %q, %v; want nil, a mode saying off", a != nil, mode, err)
 	}
 	cfg.tlsCert, cfg.tlsKey = filepath.Join(dir, "no-cert.pem"), filepath.Join(dir, "no-key.pem")
 	if _, err := newTLSConfig(cfg); !errors.Is(err, errUsage) {
 		t.Errorf("newTLSConfig(missing files) = %v, want errUsage", err)
+	}
+}
+
+// TestNewAuthenticatorJWKSURL: --jwt-jwks-url with the provider's CA in --jwt-jwks-ca verifies
+// the provider's tokens; without the CA the gateway refuses to start.
+func TestNewAuthenticatorJWKSURL(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, _ := writeCert(t, dir)
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := key.PublicKey.Bytes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b64 := base64.RawURLEncoding.EncodeToString
+	doc, _ := json.Marshal(map[string]any{"keys": []any{map[string]any{
+		"kty": "EC", "crv": "P-256", "kid": "k1", "use": "sig", "x": b64(pub[1:33]), "y": b64(pub[33:]),
+	}}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	idp := &http.Server{
+		Handler:  http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(doc) }),
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	go idp.ServeTLS(ln, certFile, keyFile)
+	defer idp.Close()
+	url := "https://" + ln.Addr().String() + "/jwks"
+
+	quiet := slog.New(slog.DiscardHandler)
+	cfg, err := parseServe([]string{"--auth", "jwt", "--jwt-jwks-url", url}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := newAuthenticator(cfg, env(nil), quiet); !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("newAuthenticator(--jwt-jwks-url without --jwt-jwks-ca) = %v, want errUsage about the certificate", err)
+	}
+	cfg, err = parseServe([]string{"--auth", "jwt", "--jwt-jwks-url", url, "--jwt-jwks-ca", certFile}, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, mode, err := newAuthenticator(cfg, env(nil), quiet)
+	if err != nil {
+		t.Fatalf("newAuthenticator(--jwt-jwks-url --jwt-jwks-ca): %v", err)
+	}
+	defer a.Close()
+	if !strings.Contains(mode, url) {
+		t.Errorf("mode = %q, want it to name %s", mode, url)
+	}
+	tok := jwt.NewWithClaims(jwt.SigningMethodES256, jwt.MapClaims{"sub": "alice", "exp": time.Now().Add(time.Hour).Unix()})
+	tok.Header["kid"] = "k1"
+	s, err := tok.SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _ := http.NewRequest("GET", "/ws", nil)
+	r.Header.Set("Authorization", "Bearer "+s)
+	if p, _, err := tokensOf(a, quiet).Identify(r); p != "alice" || err != nil {
+		t.Errorf("principal of a token of the provider = %q, %v; want alice", p, err)
 	}
 }

@@ -136,22 +136,32 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		return fmt.Errorf("open the run log: %w", err)
 	}
 	defer store.Close()
+	// wsgateway_jetstream_ready answers what GET /readyz answers, at each scrape.
+	m.SetReadyCheck(func() bool {
+		rctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
+		defer cancel()
+		return store.Ready(rctx) == nil
+	})
 
 	agent, err := newAgent(cfg)
 	if err != nil {
 		return err
 	}
-	principal, authMode, err := newPrincipal(cfg, os.LookupEnv, log)
+	authn, authMode, err := newAuthenticator(cfg, os.LookupEnv, log)
 	if err != nil {
 		return err
 	}
+	if authn != nil {
+		defer authn.Close()
+	}
+	tokens := tokensOf(authn, log)
 	tlsConfig, err := newTLSConfig(cfg)
 	if err != nil {
 		return err
 	}
 	logOrigins(cfg, log)
 	conv, err := conversation.New(conversation.Config{
-		Principal:      principal,
+		Tokens:         tokens,
 		OriginPatterns: cfg.allowedOrigins,
 		ReadLimit:      cfg.readLimit,
 		QueueSize:      cfg.queueFrames,
