@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -579,5 +582,58 @@ func TestAbortFromAnotherGateway(t *testing.T) {
 	}
 	if n := len(replay); n > 900 {
 		t.Errorf("the log holds %d events: the turn ran to its end instead of being aborted", n)
+	}
+}
+
+// abortHTTP posts an abort request for runID as principal and returns the status and body.
+func (e *env) abortHTTP(t testing.TB, runID, principal string) (int, string) {
+	t.Helper()
+	h := http.Header{}
+	if principal != "" {
+		h.Set("X-Principal", principal)
+	}
+	resp := e.httpDo(t, http.MethodPost, "/api/runs/"+url.PathEscape(runID)+"/abort", nil, h)
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(body))
+}
+
+// TestAbortHTTP: POST /api/runs/{runId}/abort on another gateway stops a running turn and
+// answers once its terminal is stored; it is idempotent, answers a finished run's outcome,
+// and 404 for an unknown run or another principal's, which it leaves alone.
+func TestAbortHTTP(t *testing.T) {
+	a := newEnv(t, envOptions{})
+	b := newEnv(t, envOptions{natsURL: a.store.ClientURL()})
+	owner := dial(t, a.url(), "")
+	owner.send(runFrame("stop-me", script{Tokens: 1000, IntervalMs: 10}))
+	owner.untilN(t, 4)
+
+	if status, body := b.abortHTTP(t, "stop-me", "p2"); status != http.StatusNotFound || body != `{"error":"unknown or expired run"}` {
+		t.Errorf("another principal's abort = %d %s, want 404 unknown or expired run", status, body)
+	}
+	if got := summary(owner.untilN(t, 40)); strings.Contains(got, "RUN_ERROR") {
+		t.Fatalf("after another principal's abort the socket got %s", got)
+	}
+	start := time.Now()
+	status, body := b.abortHTTP(t, "stop-me", "")
+	t.Logf("HTTP abort through the other gateway answered in %v", time.Since(start).Round(time.Millisecond))
+	if want := `{"runId":"stop-me","outcome":"aborted"}`; status != http.StatusOK || body != want {
+		t.Fatalf("abort = %d %s, want 200 %s", status, body, want)
+	}
+	replay, _ := a.resume(t, "stop-me", "-1")
+	if got := summary(replay[len(replay)-1:]); got != "RUN_ERROR:aborted" {
+		t.Errorf("log ends %s, want RUN_ERROR:aborted", got)
+	}
+	if status, body := a.abortHTTP(t, "stop-me", ""); status != http.StatusOK || !strings.Contains(body, `"outcome":"aborted"`) {
+		t.Errorf("second abort = %d %s, want 200 aborted again", status, body)
+	}
+
+	owner.send(runFrame("done", script{Tokens: 2}))
+	a.waitClosed(t, "done")
+	if status, body := b.abortHTTP(t, "done", ""); status != http.StatusOK || body != `{"runId":"done","outcome":"finished"}` {
+		t.Errorf("abort of a finished run = %d %s, want 200 finished", status, body)
+	}
+	if status, _ := b.abortHTTP(t, "no-such-run", ""); status != http.StatusNotFound {
+		t.Errorf("abort of an unknown run = %d, want 404", status)
 	}
 }

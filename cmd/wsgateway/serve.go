@@ -197,6 +197,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", conv)
+	mux.Handle("POST /api/runs/{runId}/abort", conv.AbortHandler())
 	for path, framing := range map[string]conversation.Framing{cfg.chatPath: conversation.SSE, cfg.ndjsonPath: conversation.NDJSON} {
 		if path != "" { // the HTTP transports (PROTOCOL.md section 5)
 			mux.Handle("POST "+path, conv.HTTPHandler(framing))

@@ -1,0 +1,157 @@
+package conversation
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/protocol"
+	"github.com/wsgateway/wsgateway/turn"
+)
+
+// Outcomes of an abort request (AbortHandler): how the run's log ended.
+const (
+	AbortOutcomeAborted  = "aborted"  // RUN_ERROR code aborted
+	AbortOutcomeFinished = "finished" // RUN_FINISHED
+	AbortOutcomeError    = "error"    // another RUN_ERROR (the agent failed, the producer was lost, …)
+)
+
+// Bounds of an abort request: how long it waits for the run's log to close, and how often
+// it repeats its request to the other gateways meanwhile (a request is delivered at most
+// once).
+const (
+	abortWait   = 30 * time.Second
+	abortRepeat = time.Second
+)
+
+// AbortHandler returns the handler of POST /api/runs/{runId}/abort (THREADS.md section 3):
+// it stops the principal's run wherever it runs and answers once the run's log is closed,
+// 200 {"runId":R,"outcome":"aborted"|"finished"|"error"}; a run that ended already answers
+// its outcome. An unknown run, or another principal's, is answered 404
+// {"error":"unknown or expired run"} and left alone. The request carries the runId in the
+// path value runId.
+func (s *Server) AbortHandler() http.Handler { return http.HandlerFunc(s.serveAbort) }
+
+func (s *Server) serveAbort(w http.ResponseWriter, r *http.Request) {
+	principal, _, err := s.identify(r)
+	if err != nil {
+		writeJSONError(w, http.StatusUnauthorized, "unauthorized")
+		return
+	}
+	if !s.originAllowed(r) {
+		writeJSONError(w, http.StatusForbidden, "origin not allowed")
+		return
+	}
+	runID := r.PathValue("runId")
+	if !protocol.ValidRunID(runID) {
+		writeJSONError(w, http.StatusBadRequest, "invalid runId")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), abortWait)
+	defer cancel()
+	outcome, err := s.abortRun(ctx, principal, runID)
+	switch {
+	case errors.Is(err, jetstream.ErrUnknownRun), errors.Is(err, jetstream.ErrForbidden):
+		writeJSONError(w, http.StatusNotFound, "unknown or expired run")
+	case errors.Is(err, context.DeadlineExceeded):
+		writeJSONError(w, http.StatusGatewayTimeout, "the run did not end in time")
+	case err != nil:
+		s.log.Warn("abort request", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
+		writeJSONError(w, http.StatusServiceUnavailable, "run log unavailable")
+	default:
+		w.Header().Set("Content-Type", "application/json")
+		json.NewEncoder(w).Encode(struct {
+			RunID   string `json:"runId"`
+			Outcome string `json:"outcome"`
+		}{runID, outcome})
+	}
+}
+
+// abortRun stops the principal's run of runID, here or on another gateway, and returns its
+// outcome once its log is closed.
+func (s *Server) abortRun(ctx context.Context, principal, runID string) (string, error) {
+	// The tail is read from before the request, so that the terminal it causes is seen.
+	tail, err := s.cfg.Store.Read(ctx, principal, runID, jetstream.FromNow)
+	if err != nil {
+		return "", err
+	}
+	defer tail.Close()
+	stop := make(chan struct{})
+	defer close(stop)
+	go s.requestAbort(principal, runID, stop)
+	last, err := lastEvent(ctx, tail)
+	if err != nil || last != nil {
+		return outcomeOf(last), err
+	}
+	// The log was closed before the tail was opened: its terminal is its last event.
+	all, err := s.cfg.Store.Read(ctx, principal, runID, jetstream.FromStart)
+	if err != nil {
+		return "", err
+	}
+	defer all.Close()
+	last, err = lastEvent(ctx, all)
+	return outcomeOf(last), err
+}
+
+// requestAbort aborts the principal's turn of runID if this gateway runs it, else asks the
+// other gateways, again every abortRepeat until stop is closed.
+func (s *Server) requestAbort(principal, runID string, stop <-chan struct{}) {
+	if s.turns.abort(runKey{principal, runID}, nil, 0, 0) {
+		return
+	}
+	t := time.NewTicker(abortRepeat)
+	defer t.Stop()
+	for {
+		if err := s.cfg.Store.RequestAbort(principal, runID); err != nil {
+			s.log.Warn("abort request to the other gateways", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
+		}
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// lastEvent reads r to the log's close and returns its last event, nil if it held none.
+func lastEvent(ctx context.Context, r *jetstream.Reader) ([]byte, error) {
+	var last []byte
+	for {
+		e, err := r.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return last, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		last = e.Event
+	}
+}
+
+// outcomeOf names how a log whose last event is last ended.
+func outcomeOf(last []byte) string {
+	ev, err := protocol.DecodeEvent(last)
+	switch {
+	case err != nil:
+		return AbortOutcomeError
+	case ev.Type() == protocol.RunFinished:
+		return AbortOutcomeFinished
+	case ev.Type() == protocol.RunError && ev.Str("code") == turn.CodeAborted:
+		return AbortOutcomeAborted
+	}
+	return AbortOutcomeError
+}
+
+// writeJSONError answers status with the body {"error":msg}.
+func writeJSONError(w http.ResponseWriter, status int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(struct {
+		Error string `json:"error"`
+	}{msg})
+}
