@@ -1,0 +1,282 @@
+package durable
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	nats "github.com/nats-io/nats.go"
+	"go.uber.org/goleak"
+
+	"github.com/wsgateway/wsgateway/jetstream"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// gateways starts n handlers, each on its own NATS connection to one embedded server (as n
+// gateway processes sharing a NATS), and returns their test servers.
+func gateways(tb testing.TB, n int, cfg Config) []*httptest.Server {
+	tb.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var url string
+	var out []*httptest.Server
+	for i := range n {
+		s, err := jetstream.Open(ctx, jetstream.Config{DataDir: tb.TempDir(), URLs: url})
+		if err != nil {
+			tb.Fatalf("jetstream.Open: %v", err)
+		}
+		tb.Cleanup(func() { s.Close() })
+		if i == 0 {
+			url = s.ClientURL()
+		}
+		c := cfg
+		c.Conn, c.JetStream = s.Conn(), s.JetStream()
+		h, err := New(ctx, c)
+		if err != nil {
+			tb.Fatalf("New: %v", err)
+		}
+		mux := http.NewServeMux()
+		for _, p := range h.Patterns() {
+			mux.Handle(p, h)
+		}
+		srv := httptest.NewServer(mux)
+		tb.Cleanup(srv.Close)
+		out = append(out, srv)
+	}
+	return out
+}
+
+// do sends one request and returns the response with its body read.
+func do(tb testing.TB, method, url string, hdr map[string]string, body string) (*http.Response, string) {
+	tb.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tb.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, string(b)
+}
+
+func TestParseOffset(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		seq  uint64
+		good bool
+	}{
+		{zeroOffset, 0, true},
+		{formatOffset(42), 42, true},
+		{formatOffset(maxOffsetSeq), maxOffsetSeq, true},
+		{"-1", 0, false},
+		{"now", 0, false},
+		{"", 0, false},
+		{"0000000000000042", 0, false},
+		{"0000000000000042_0000000000000001", 0, false},
+		{"000000000000004x_0000000000000000", 0, false},
+		{"0000000000000042_0000000000000000 ", 0, false},
+		{"+000000000000042_0000000000000000", 0, false},
+	} {
+		seq, ok := parseOffset(tc.in)
+		if ok != tc.good || seq != tc.seq {
+			t.Errorf("parseOffset(%q) = %d, %v, want %d, %v", tc.in, seq, ok, tc.seq, tc.good)
+		}
+	}
+	if a, b := formatOffset(9), formatOffset(10); !(a < b) {
+		t.Errorf("formatOffset(9) = %q is not below formatOffset(10) = %q", a, b)
+	}
+}
+
+// TestAcrossGateways writes a stream through one gateway and reads, tails and appends it
+// through the other.
+func TestAcrossGateways(t *testing.T) {
+	gw := gateways(t, 2, Config{LongPollTimeout: 5 * time.Second})
+	a, b := gw[0].URL+"/v1/stream/chat/run-1", gw[1].URL+"/v1/stream/chat/run-1"
+	if resp, _ := do(t, "PUT", a, map[string]string{"Content-Type": "application/json"}, `[{"n":1}]`); resp.StatusCode != 201 {
+		t.Fatalf("PUT = %d, want 201", resp.StatusCode)
+	}
+	resp, body := do(t, "GET", b+"?offset=-1", nil, "")
+	if resp.StatusCode != 200 || body != `[{"n":1}]` {
+		t.Fatalf("GET through the other gateway = %d %q, want 200 [{\"n\":1}]", resp.StatusCode, body)
+	}
+	tail := resp.Header.Get("Stream-Next-Offset")
+
+	// A long-poll on gateway b is woken by an append through gateway a.
+	type result struct {
+		code int
+		body string
+	}
+	got := make(chan result, 1)
+	go func() {
+		resp, body := do(t, "GET", b+"?live=long-poll&offset="+tail, nil, "")
+		got <- result{resp.StatusCode, body}
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if resp, _ := do(t, "POST", a, map[string]string{"Content-Type": "application/json"}, `[{"n":2},{"n":3}]`); resp.StatusCode != 204 {
+		t.Fatalf("POST = %d, want 204", resp.StatusCode)
+	}
+	select {
+	case r := <-got:
+		if r.code != 200 || r.body != `[{"n":2},{"n":3}]` {
+			t.Fatalf("long-poll = %d %q, want 200 [{\"n\":2},{\"n\":3}]", r.code, r.body)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("long-poll not woken by an append through the other gateway")
+	}
+
+	// The TanStack adapter's path shape names the same stream.
+	resp, body = do(t, "GET", gw[1].URL+"/streams/chat%2Frun-1?offset=-1", nil, "")
+	if resp.StatusCode != 200 || body != `[{"n":1},{"n":2},{"n":3}]` {
+		t.Fatalf("GET /streams/chat%%2Frun-1 = %d %q, want the three values", resp.StatusCode, body)
+	}
+}
+
+// TestProducerRetryOtherGateway retries an idempotent producer's append on the other
+// gateway, also after the first gateway stored it without recording it (it died between the
+// two), and expects it stored once and answered 204 with the offset.
+func TestProducerRetryOtherGateway(t *testing.T) {
+	gw := gateways(t, 2, Config{})
+	a, b := gw[0].URL+"/v1/stream/p", gw[1].URL+"/v1/stream/p"
+	do(t, "PUT", a, map[string]string{"Content-Type": "text/plain"}, "")
+	prod := func(seq int) map[string]string {
+		return map[string]string{"Content-Type": "text/plain", "Producer-Id": "w1", "Producer-Epoch": "0",
+			"Producer-Seq": strconv.Itoa(seq)}
+	}
+	first, _ := do(t, "POST", a, prod(0), "a")
+	if first.StatusCode != 200 {
+		t.Fatalf("POST seq 0 = %d, want 200", first.StatusCode)
+	}
+	retry, _ := do(t, "POST", b, prod(0), "a")
+	if retry.StatusCode != 204 || retry.Header.Get("Stream-Next-Offset") != first.Header.Get("Stream-Next-Offset") {
+		t.Fatalf("retry on the other gateway = %d offset %q, want 204 offset %q", retry.StatusCode,
+			retry.Header.Get("Stream-Next-Offset"), first.Header.Get("Stream-Next-Offset"))
+	}
+
+	// Seq 1 is stored as a dead gateway would have left it: in the log, not in the metadata.
+	st := gatewayStore(t, gw)
+	m, _, err := st.get(context.Background(), key("anonymous", "p"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := nats.NewMsg(st.subject(m.ID))
+	msg.Data = []byte("b")
+	msg.Header.Set(hdrProducer, "w1")
+	msg.Header.Set(hdrEpoch, "0")
+	msg.Header.Set(hdrPSeq, "1")
+	if _, err := st.js.PublishMsg(context.Background(), msg); err != nil {
+		t.Fatal(err)
+	}
+	if resp, _ := do(t, "POST", b, prod(1), "b"); resp.StatusCode != 204 || resp.Header.Get("Stream-Next-Offset") == "" {
+		t.Fatalf("retry of an unrecorded append = %d offset %q, want 204 with an offset", resp.StatusCode, resp.Header.Get("Stream-Next-Offset"))
+	}
+	if resp, _ := do(t, "POST", a, prod(2), "c"); resp.StatusCode != 200 {
+		t.Fatalf("POST seq 2 = %d, want 200", resp.StatusCode)
+	}
+	if _, body := do(t, "GET", a+"?offset=-1", nil, ""); body != "abc" {
+		t.Fatalf("GET = %q, want abc (each append stored once)", body)
+	}
+}
+
+// gatewayStore opens a store on the test's NATS to tamper with the log.
+func gatewayStore(tb testing.TB, gw []*httptest.Server) *store {
+	tb.Helper()
+	h := gw[0].Config.Handler.(*http.ServeMux)
+	req := httptest.NewRequest("GET", "/v1/stream/x", nil)
+	hh, _ := h.Handler(req)
+	return hh.(*Handler).st
+}
+
+// TestConcurrentAppends appends from many clients through two gateways at once and expects
+// every append stored once, with strictly increasing offsets.
+func TestConcurrentAppends(t *testing.T) {
+	gw := gateways(t, 2, Config{})
+	do(t, "PUT", gw[0].URL+"/v1/stream/c", map[string]string{"Content-Type": "application/json"}, "")
+	const writers, each = 8, 10
+	var wg sync.WaitGroup
+	offsets := make(chan string, writers*each)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				url := gw[(w+i)%2].URL + "/v1/stream/c"
+				resp, _ := do(t, "POST", url, map[string]string{"Content-Type": "application/json"}, fmt.Sprintf(`{"w":%d,"i":%d}`, w, i))
+				if resp.StatusCode != 204 {
+					t.Errorf("POST = %d, want 204", resp.StatusCode)
+				}
+				offsets <- resp.Header.Get("Stream-Next-Offset")
+			}
+		}()
+	}
+	wg.Wait()
+	close(offsets)
+	seen := map[string]bool{}
+	for o := range offsets {
+		if seen[o] {
+			t.Errorf("offset %s answered twice", o)
+		}
+		seen[o] = true
+	}
+	_, body := do(t, "GET", gw[1].URL+"/v1/stream/c?offset=-1", nil, "")
+	if n := strings.Count(body, `"w":`); n != writers*each {
+		t.Fatalf("GET holds %d values, want %d", n, writers*each)
+	}
+}
+
+// TestPrincipalAndLimits: a stream belongs to its principal; a body over the limit is 413.
+func TestPrincipalAndLimits(t *testing.T) {
+	gw := gateways(t, 1, Config{MaxBodyBytes: 1024, Principal: func(r *http.Request) (string, error) {
+		if u := r.Header.Get("X-User"); u != "" {
+			return u, nil
+		}
+		return "", fmt.Errorf("no user")
+	}})
+	url := gw[0].URL + "/v1/stream/mine"
+	if resp, _ := do(t, "PUT", url, nil, ""); resp.StatusCode != 401 {
+		t.Fatalf("PUT without a principal = %d, want 401", resp.StatusCode)
+	}
+	do(t, "PUT", url, map[string]string{"X-User": "alice", "Content-Type": "text/plain"}, "hi")
+	if resp, _ := do(t, "GET", url, map[string]string{"X-User": "bob"}, ""); resp.StatusCode != 404 {
+		t.Fatalf("GET by another principal = %d, want 404", resp.StatusCode)
+	}
+	if resp, body := do(t, "GET", url, map[string]string{"X-User": "alice"}, ""); resp.StatusCode != 200 || body != "hi" {
+		t.Fatalf("GET by the owner = %d %q, want 200 hi", resp.StatusCode, body)
+	}
+	big := strings.Repeat("x", 2048)
+	if resp, _ := do(t, "POST", url, map[string]string{"X-User": "alice", "Content-Type": "text/plain"}, big); resp.StatusCode != 413 {
+		t.Fatalf("POST of 2 KiB with a 1 KiB limit = %d, want 413", resp.StatusCode)
+	}
+}
+
+func TestWriteSSEData(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"a", "data:a\n\n"},
+		{"a\nb", "data:a\ndata:b\n\n"},
+		{"a\r\nb", "data:a\ndata:b\n\n"},
+		{"a\rb\r", "data:a\ndata:b\ndata:\n\n"},
+		{"", "data:\n\n"},
+	} {
+		var buf bytes.Buffer
+		writeSSEData(&buf, []byte(tc.in))
+		if buf.String() != tc.want {
+			t.Errorf("writeSSEData(%q) = %q, want %q", tc.in, buf.String(), tc.want)
+		}
+	}
+}
