@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -279,4 +280,63 @@ func TestWriteSSEData(t *testing.T) {
 			t.Errorf("writeSSEData(%q) = %q, want %q", tc.in, buf.String(), tc.want)
 		}
 	}
+}
+
+// TestLongCatchUp reads a log longer than one SSE read (sseBatch) and than one catch-up
+// response (MaxReadBytes): every message arrives once, in order.
+func TestLongCatchUp(t *testing.T) {
+	gw := gateways(t, 1, Config{MaxReadBytes: 4096})
+	url := gw[0].URL + "/v1/stream/long"
+	do(t, "PUT", url, map[string]string{"Content-Type": "text/plain"}, "")
+	const n = sseBatch + 300
+	var want strings.Builder
+	for i := range n {
+		v := fmt.Sprintf("%d;", i)
+		want.WriteString(v)
+		if resp, _ := do(t, "POST", url, map[string]string{"Content-Type": "text/plain"}, v); resp.StatusCode != 204 {
+			t.Fatalf("POST %d = %d, want 204", i, resp.StatusCode)
+		}
+	}
+	// Catch-up in pages.
+	var got strings.Builder
+	offset, pages := "-1", 0
+	for {
+		resp, body := do(t, "GET", url+"?offset="+offset, nil, "")
+		got.WriteString(body)
+		offset = resp.Header.Get("Stream-Next-Offset")
+		pages++
+		if resp.Header.Get("Stream-Up-To-Date") == "true" {
+			break
+		}
+	}
+	if got.String() != want.String() || pages < 2 {
+		t.Fatalf("paged catch-up in %d pages = %d bytes, want %d bytes in several pages", pages, got.Len(), want.Len())
+	}
+	// SSE.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "GET", url+"?offset=-1&live=sse", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got.Reset()
+	sc := bufio.NewScanner(resp.Body)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = line[7:]
+		case event == "data" && strings.HasPrefix(line, "data:"):
+			got.WriteString(line[5:])
+		case event == "control" && strings.Contains(line, `"upToDate":true`):
+			if got.String() != want.String() {
+				t.Fatalf("SSE catch-up = %d bytes, want %d", got.Len(), want.Len())
+			}
+			return
+		}
+	}
+	t.Fatalf("SSE ended before its catch-up: %v", sc.Err())
 }

@@ -812,6 +812,9 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, k string, m meta, 
 		fresh = false
 		recs, more, err := h.st.read(ctx, m, after, sseBatch, 0)
 		if err != nil {
+			if ctx.Err() == nil {
+				h.cfg.Logger.Warn("durable streams: SSE read failed", "err", err)
+			}
 			return
 		}
 		for i, rec := range recs {

@@ -746,6 +746,9 @@ func (s *store) read(ctx context.Context, m meta, after uint64, max, maxBytes in
 			n := 256
 			if max > 0 && max-len(recs) < n {
 				n = max - len(recs)
+				if n == 0 {
+					return recs, true, nil
+				}
 			}
 			budget := 1 << 20
 			if maxBytes > 0 {
