@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -561,7 +562,7 @@ type appendResult struct {
 func (s *store) append(ctx context.Context, principal, name string, r appendRequest) (appendResult, error) {
 	k := key(principal, name)
 	for range maxAttempts {
-		m, _, err := s.load(ctx, k)
+		m, rev, err := s.load(ctx, k)
 		if err != nil {
 			return appendResult{}, err
 		}
@@ -598,8 +599,15 @@ func (s *store) append(ctx context.Context, principal, name string, r appendRequ
 		if err != nil {
 			return appendResult{}, fmt.Errorf("durable: append: %w", err)
 		}
-		if _, err := s.commit(ctx, k, m.ID, ack.Sequence, msg.Header, len(r.Body)); err != nil {
-			return appendResult{}, err
+		// Most often nobody wrote the metadata meanwhile: record the message on the revision
+		// read; else commit reads it again.
+		next := m
+		next.Producers = maps.Clone(m.Producers)
+		next.apply(ack.Sequence, msg.Header, len(r.Body), s.nowMs())
+		if ok, _ := s.put(ctx, k, next, rev); !ok {
+			if _, err := s.commit(ctx, k, m.ID, ack.Sequence, msg.Header, len(r.Body)); err != nil {
+				return appendResult{}, err
+			}
 		}
 		// The publish expected m.Last: nothing came between m and this message.
 		res.Offset, res.Closed = m.Tail, r.Close
