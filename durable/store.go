@@ -184,20 +184,67 @@ func newID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// get returns key's metadata and revision as stored, expired or not.
+// get returns key's metadata and revision as stored, expired or not. It reads from the
+// bucket's leader: a replica's direct get could answer with a revision it has not caught up
+// on, and a stale producer state would refuse a producer's next seq as a gap.
 func (s *store) get(ctx context.Context, key string) (meta, uint64, error) {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, natsjs.ErrKeyNotFound) || errors.Is(err, natsjs.ErrKeyDeleted) {
+	msg, err := s.lastMsg(ctx, "KV_"+s.cfg.Bucket, s.kvSubject(key))
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return meta{}, 0, ErrNotFound
 	}
 	if err != nil {
 		return meta{}, 0, err
 	}
+	if op := msg.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+		return meta{}, 0, ErrNotFound
+	}
 	var m meta
-	if err := json.Unmarshal(e.Value(), &m); err != nil {
+	if err := json.Unmarshal(msg.Data, &m); err != nil {
 		return meta{}, 0, fmt.Errorf("durable: metadata of %s: %w", key, err)
 	}
-	return m, e.Revision(), nil
+	return m, msg.Sequence, nil
+}
+
+// lastMsg returns the last message of subject in stream, read from the stream's leader.
+func (s *store) lastMsg(ctx context.Context, stream, subject string) (*natsjs.RawStreamMsg, error) {
+	req, _ := json.Marshal(struct {
+		LastFor string `json:"last_by_subj"`
+	}{subject})
+	// A request made while the stream has no leader may never be answered: bound it, also
+	// under a context without deadline (commit's).
+	ctx, cancel := context.WithTimeout(ctx, apiTimeout)
+	defer cancel()
+	resp, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, err
+	}
+	var r struct {
+		Message *struct {
+			Seq    uint64 `json:"seq"`
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+		Error *natsjs.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(resp.Data, &r); err != nil {
+		return nil, fmt.Errorf("durable: get %s: %w", subject, err)
+	}
+	if r.Error != nil {
+		if r.Error.ErrorCode == natsjs.JSErrCodeMessageNotFound {
+			return nil, natsjs.ErrMsgNotFound
+		}
+		return nil, r.Error
+	}
+	if r.Message == nil {
+		return nil, fmt.Errorf("durable: get %s: empty answer", subject)
+	}
+	out := &natsjs.RawStreamMsg{Sequence: r.Message.Seq, Data: r.Message.Data, Header: nats.Header{}}
+	if len(r.Message.Header) > 0 {
+		if out.Header, err = nats.DecodeHeadersMsg(r.Message.Header); err != nil {
+			return nil, fmt.Errorf("durable: get %s: %w", subject, err)
+		}
+	}
+	return out, nil
 }
 
 // put stores m under key by compare-and-set on rev; it returns false on a conflict.
@@ -694,7 +741,7 @@ func (s *store) commit(ctx context.Context, key, id string, seq uint64, hdr nats
 // rollForward records in key's metadata the subject's last message, stored by an appender
 // that has not recorded it (yet, or ever).
 func (s *store) rollForward(ctx context.Context, key, id string) error {
-	raw, err := s.stream.GetLastMsgForSubject(ctx, s.subject(id))
+	raw, err := s.lastMsg(ctx, s.cfg.Stream, s.subject(id))
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return nil
 	}
@@ -748,8 +795,9 @@ func (s *store) read(ctx context.Context, m meta, after uint64, max, maxBytes in
 		return nil, false, err
 	}
 	size := 0
-	for _, sg := range segs {
+	for i, sg := range segs {
 		from := after + 1
+		stale := 0
 		for sg.upTo == 0 || from <= sg.upTo {
 			n := 256
 			if max > 0 && max-len(recs) < n {
@@ -783,6 +831,15 @@ func (s *store) read(ctx context.Context, m meta, after uint64, max, maxBytes in
 				size += len(msg.Data)
 			}
 			if len(msgs) == 0 || pending == 0 {
+				// With replicas, a direct get may be answered by a replica that has not
+				// applied the last messages the metadata records yet: wait for it.
+				if i == len(segs)-1 && from <= m.Last && stale < staleRetries {
+					stale++
+					if err := sleep(ctx, staleWait); err != nil {
+						return nil, false, err
+					}
+					continue
+				}
 				break
 			}
 		}
@@ -796,6 +853,27 @@ func max2(a, b int) int {
 	}
 	return b
 }
+
+// A read retries a direct get answered by a lagging replica staleRetries times, staleWait
+// apart.
+const (
+	staleRetries = 40
+	staleWait    = 5 * time.Millisecond
+)
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// apiTimeout bounds one JetStream API request of the store's own.
+const apiTimeout = 5 * time.Second
 
 // batchTimeout bounds one batched direct get.
 const batchTimeout = 10 * time.Second
