@@ -195,13 +195,58 @@ func TestProducerRetryOtherGateway(t *testing.T) {
 	}
 }
 
-// gatewayStore opens a store on the test's NATS to tamper with the log.
+// gatewayStore returns the first gateway's store, to tamper with the log.
 func gatewayStore(tb testing.TB, gw []*httptest.Server) *store {
 	tb.Helper()
-	h := gw[0].Config.Handler.(*http.ServeMux)
-	req := httptest.NewRequest("GET", "/v1/stream/x", nil)
-	hh, _ := h.Handler(req)
-	return hh.(*Handler).st
+	return handlerOf(gw[0]).st
+}
+
+// handlerOf returns the Handler a test server of gateways serves.
+func handlerOf(srv *httptest.Server) *Handler {
+	h, _ := srv.Config.Handler.(*http.ServeMux).Handler(httptest.NewRequest("GET", "/v1/stream/x", nil))
+	return h.(*Handler)
+}
+
+// TestCloseEndsLiveReads: Close ends an SSE response and answers a long-poll 204 at once,
+// so that an HTTP server's Shutdown is not held by them.
+func TestCloseEndsLiveReads(t *testing.T) {
+	gw := gateways(t, 1, Config{LongPollTimeout: time.Minute})
+	url := gw[0].URL + "/v1/stream/live"
+	resp, _ := do(t, "PUT", url, map[string]string{"Content-Type": "text/plain"}, "x")
+	tail := resp.Header.Get("Stream-Next-Offset")
+	sse, err := http.Get(url + "?offset=-1&live=sse")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sse.Body.Close()
+	sseDone := make(chan error, 1)
+	go func() {
+		_, err := io.ReadAll(sse.Body)
+		sseDone <- err
+	}()
+	poll := make(chan int, 1)
+	go func() {
+		resp, _ := do(t, "GET", url+"?live=long-poll&offset="+tail, nil, "")
+		poll <- resp.StatusCode
+	}()
+	time.Sleep(300 * time.Millisecond)
+	handlerOf(gw[0]).Close()
+	select {
+	case code := <-poll:
+		if code != 204 {
+			t.Errorf("long-poll after Close = %d, want 204", code)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("long-poll still waiting 5 s after Close")
+	}
+	select {
+	case err := <-sseDone:
+		if err != nil {
+			t.Errorf("SSE body after Close: %v, want its end", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Error("SSE response still open 5 s after Close")
+	}
 }
 
 // TestConcurrentAppends appends from many clients through two gateways at once and expects

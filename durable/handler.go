@@ -14,6 +14,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	nats "github.com/nats-io/nats.go"
@@ -109,8 +110,17 @@ func (c Config) withDefaults() (Config, error) {
 
 // Handler serves the protocol. It is safe for concurrent use.
 type Handler struct {
-	cfg Config
-	st  *store
+	cfg  Config
+	st   *store
+	done chan struct{} // closed by Close: live reads end
+	once sync.Once
+}
+
+// Close ends the live reads (long-polls answer 204, SSE responses end) so that an HTTP
+// server's Shutdown is not held by them; later live reads end at once. It does not block and
+// is idempotent; register it with http.Server.RegisterOnShutdown.
+func (h *Handler) Close() {
+	h.once.Do(func() { close(h.done) })
 }
 
 // New creates or updates the stream and bucket and returns the handler.
@@ -123,7 +133,7 @@ func New(ctx context.Context, cfg Config) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Handler{cfg: cfg, st: st}, nil
+	return &Handler{cfg: cfg, st: st, done: make(chan struct{})}, nil
 }
 
 // Patterns returns the net/http.ServeMux patterns to register the handler under.
@@ -582,14 +592,16 @@ func (h *Handler) watch(k string) (*waiter, error) {
 func (wt *waiter) stop() { wt.sub.Unsubscribe() }
 
 // wait returns the stream's metadata after its next update, ErrNotFound when it was
-// deleted or replaced, or ok false on timeout.
-func (wt *waiter) wait(ctx context.Context, id string, timeout time.Duration) (m meta, ok bool, err error) {
+// deleted or replaced, or ok false on timeout or when done is closed.
+func (wt *waiter) wait(ctx context.Context, done <-chan struct{}, id string, timeout time.Duration) (m meta, ok bool, err error) {
 	t := time.NewTimer(timeout)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return m, false, ctx.Err()
+		case <-done:
+			return m, false, nil
 		case <-t.C:
 			return m, false, nil
 		case msg := <-wt.ch:
@@ -683,7 +695,7 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, principal, name s
 		}
 		deadline := time.Now().Add(h.cfg.LongPollTimeout)
 		for len(recs) == 0 && !m.Closed {
-			nm, ok, err := wt.wait(ctx, m.ID, time.Until(deadline))
+			nm, ok, err := wt.wait(ctx, h.done, m.ID, time.Until(deadline))
 			if err != nil {
 				h.fail(w, err)
 				return
@@ -847,9 +859,14 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, k string, m meta, 
 		if more {
 			continue
 		}
-		_, ok, err := wt.wait(ctx, m.ID, h.cfg.LongPollTimeout)
+		_, ok, err := wt.wait(ctx, h.done, m.ID, h.cfg.LongPollTimeout)
 		if err != nil {
 			return
+		}
+		select {
+		case <-h.done: // shutting down: the client resumes elsewhere from its last offset
+			return
+		default:
 		}
 		if !ok { // keep-alive
 			control(after, true, false)

@@ -195,7 +195,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 			mux.Handle("GET "+path, conv.HTTPHandler(framing))
 		}
 	}
-	if err := mountDurable(ctx, mux, cfg, store, principal, log); err != nil {
+	ds, err := mountDurable(ctx, mux, cfg, store, principal, log)
+	if err != nil {
 		return err
 	}
 	mux.Handle("GET /", web.Handler())
@@ -221,6 +222,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if ds != nil {
+		srv.RegisterOnShutdown(ds.Close) // long-polls and SSE would hold Shutdown
 	}
 
 	addr := ln.Addr().String()
@@ -300,9 +304,9 @@ func newAgent(cfg serveConfig) (turn.Agent, error) {
 
 // mountDurable serves the Durable Streams protocol (README "Durable Streams") on mux, on the
 // run log's NATS, unless --durable-path is empty.
-func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, store *jetstream.Store, principal func(*http.Request) (string, error), log *slog.Logger) error {
+func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, store *jetstream.Store, principal func(*http.Request) (string, error), log *slog.Logger) (*durable.Handler, error) {
 	if cfg.durablePath == "" {
-		return nil
+		return nil, nil
 	}
 	alt := cfg.durableAltPath
 	if alt == "" {
@@ -321,10 +325,10 @@ func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, stor
 		Logger:          log,
 	})
 	if err != nil {
-		return fmt.Errorf("durable streams: %w", err)
+		return nil, fmt.Errorf("durable streams: %w", err)
 	}
 	for _, p := range h.Patterns() {
 		mux.Handle(p, h)
 	}
-	return nil
+	return h, nil
 }
