@@ -12,6 +12,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	nats "github.com/nats-io/nats.go"
@@ -132,10 +133,46 @@ type store struct {
 	stream natsjs.Stream
 	kv     natsjs.KeyValue
 	now    func() time.Time
+
+	mu    sync.Mutex
+	locks map[string]*keyLock // appends in progress in this process, by key
+}
+
+// keyLock serializes one process's appends to a stream: concurrent ones would only refuse
+// each other at the fence and retry. Appends from other processes are still fenced.
+type keyLock struct {
+	sem   chan struct{}
+	users int
+}
+
+// lock takes key's append lock; the caller calls the returned function to release it.
+func (s *store) lock(ctx context.Context, key string) (func(), error) {
+	s.mu.Lock()
+	l := s.locks[key]
+	if l == nil {
+		l = &keyLock{sem: make(chan struct{}, 1)}
+		s.locks[key] = l
+	}
+	l.users++
+	s.mu.Unlock()
+	drop := func() {
+		s.mu.Lock()
+		if l.users--; l.users == 0 {
+			delete(s.locks, key)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case l.sem <- struct{}{}:
+		return func() { <-l.sem; drop() }, nil
+	case <-ctx.Done():
+		drop()
+		return nil, ctx.Err()
+	}
 }
 
 func newStore(ctx context.Context, cfg Config) (*store, error) {
-	s := &store{cfg: cfg, nc: cfg.Conn, js: cfg.JetStream, now: time.Now}
+	s := &store{cfg: cfg, nc: cfg.Conn, js: cfg.JetStream, now: time.Now, locks: map[string]*keyLock{}}
 	var err error
 	s.stream, err = s.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
 		Name:      cfg.Stream,
@@ -608,6 +645,11 @@ type appendResult struct {
 // append appends one message (or closes) under the rules of doc.go.
 func (s *store) append(ctx context.Context, principal, name string, r appendRequest) (appendResult, error) {
 	k := key(principal, name)
+	unlock, err := s.lock(ctx, k)
+	if err != nil {
+		return appendResult{}, err
+	}
+	defer unlock()
 	for range maxAttempts {
 		m, rev, err := s.load(ctx, k)
 		if err != nil {
