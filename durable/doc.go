@@ -35,6 +35,12 @@
 //     metadata forward from the subject's last message, whose headers say what it changed.
 //     Producer state and Stream-Seq are validated against the rolled-forward metadata, so a
 //     retried append is recognised on any gateway and never stored twice.
+//   - Within a process, appends to one stream take turns (a lock per stream), and the next
+//     one starts from the metadata the last one wrote (a bounded cache) instead of reading it
+//     back. The cache is only a guess: the publish is fenced and the update compare-and-set
+//     as always, and an append the cached metadata would not accept (a duplicate, a stale
+//     epoch, a gap, a closed stream) is decided again on metadata read from the bucket.
+//     Every other read of metadata goes to the bucket's leader.
 //   - Readers read messages with batched direct gets; long-poll and SSE wake on the core NATS
 //     message of the metadata key's update, which follows the data's acknowledgement.
 //   - TTL (sliding, renewed by reads and writes) and Expires-At are checked on every access:

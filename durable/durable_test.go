@@ -385,3 +385,43 @@ func TestLongCatchUp(t *testing.T) {
 	}
 	t.Fatalf("SSE ended before its catch-up: %v", sc.Err())
 }
+
+// TestStaleCacheOtherGateway: gateway a caches the metadata its appends wrote; changes made
+// through gateway b meanwhile (a new producer epoch, a delete and re-create) must still
+// decide a's next answers.
+func TestStaleCacheOtherGateway(t *testing.T) {
+	gw := gateways(t, 2, Config{})
+	a, b := gw[0].URL+"/v1/stream/cache", gw[1].URL+"/v1/stream/cache"
+	prod := func(epoch, seq int) map[string]string {
+		return map[string]string{"Content-Type": "text/plain", "Producer-Id": "w", "Producer-Epoch": strconv.Itoa(epoch),
+			"Producer-Seq": strconv.Itoa(seq)}
+	}
+	do(t, "PUT", a, map[string]string{"Content-Type": "text/plain"}, "")
+	for seq := range 3 {
+		if resp, _ := do(t, "POST", a, prod(0, seq), "a"); resp.StatusCode != 200 {
+			t.Fatalf("POST epoch 0 seq %d on a = %d, want 200", seq, resp.StatusCode)
+		}
+	}
+	if resp, _ := do(t, "POST", b, prod(1, 0), "b"); resp.StatusCode != 200 {
+		t.Fatalf("POST epoch 1 seq 0 on b = %d, want 200", resp.StatusCode)
+	}
+	if resp, _ := do(t, "POST", a, prod(0, 2), "a"); resp.StatusCode != 403 || resp.Header.Get("Producer-Epoch") != "1" {
+		t.Fatalf("retry of epoch 0 seq 2 on a after epoch 1 on b = %d (epoch %q), want 403 (epoch 1)", resp.StatusCode, resp.Header.Get("Producer-Epoch"))
+	}
+	if resp, _ := do(t, "POST", a, prod(0, 3), "a"); resp.StatusCode != 403 {
+		t.Fatalf("epoch 0 seq 3 on a after epoch 1 on b = %d, want 403", resp.StatusCode)
+	}
+
+	// Deleted and created again through b: a's next append goes to the new stream.
+	do(t, "POST", a, map[string]string{"Content-Type": "text/plain"}, "x")
+	if resp, _ := do(t, "DELETE", b, nil, ""); resp.StatusCode != 204 {
+		t.Fatalf("DELETE on b = %d, want 204", resp.StatusCode)
+	}
+	do(t, "PUT", b, map[string]string{"Content-Type": "text/plain"}, "")
+	if resp, _ := do(t, "POST", a, map[string]string{"Content-Type": "text/plain"}, "new"); resp.StatusCode != 204 {
+		t.Fatalf("POST on a after the re-create = %d, want 204", resp.StatusCode)
+	}
+	if _, body := do(t, "GET", b+"?offset=-1", nil, ""); body != "new" {
+		t.Fatalf("GET of the new stream = %q, want new", body)
+	}
+}

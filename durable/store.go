@@ -31,6 +31,8 @@ var (
 	ErrForkOffset    = errors.New("durable: fork offset beyond the source's tail")   // 400
 	ErrForkSubOffset = errors.New("durable: fork sub-offset beyond its message")     // 400
 	ErrBusy          = errors.New("durable: too many concurrent changes, try again") // 503
+
+	errReplaced = errors.New("durable: stream deleted and created again")
 )
 
 // Message headers (doc.go).
@@ -135,7 +137,8 @@ type store struct {
 	now    func() time.Time
 
 	mu    sync.Mutex
-	locks map[string]*keyLock // appends in progress in this process, by key
+	locks map[string]*keyLock   // appends in progress in this process, by key
+	cache map[string]cachedMeta // metadata appends of this process wrote, by key
 }
 
 // keyLock serializes one process's appends to a stream: concurrent ones would only refuse
@@ -172,7 +175,8 @@ func (s *store) lock(ctx context.Context, key string) (func(), error) {
 }
 
 func newStore(ctx context.Context, cfg Config) (*store, error) {
-	s := &store{cfg: cfg, nc: cfg.Conn, js: cfg.JetStream, now: time.Now, locks: map[string]*keyLock{}}
+	s := &store{cfg: cfg, nc: cfg.Conn, js: cfg.JetStream, now: time.Now, locks: map[string]*keyLock{},
+		cache: map[string]cachedMeta{}}
 	var err error
 	s.stream, err = s.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{
 		Name:      cfg.Stream,
@@ -286,12 +290,54 @@ func (s *store) lastMsg(ctx context.Context, stream, subject string) (*natsjs.Ra
 
 // put stores m under key by compare-and-set on rev; it returns false on a conflict.
 func (s *store) put(ctx context.Context, key string, m meta, rev uint64) (bool, error) {
+	_, ok, err := s.putRev(ctx, key, m, rev)
+	return ok, err
+}
+
+// putRev is put, also returning the new revision.
+func (s *store) putRev(ctx context.Context, key string, m meta, rev uint64) (uint64, bool, error) {
+	s.forget(key)
 	b, _ := json.Marshal(m)
-	_, err := s.kv.Update(ctx, key, b, rev)
+	nrev, err := s.kv.Update(ctx, key, b, rev)
 	if isConflict(err) {
-		return false, nil
+		return 0, false, nil
 	}
-	return err == nil, err
+	return nrev, err == nil, err
+}
+
+// maxCached bounds the cache of metadata an append wrote.
+const maxCached = 4096
+
+// cachedMeta is metadata this process wrote last, with its revision.
+type cachedMeta struct {
+	m   meta
+	rev uint64
+}
+
+// remember caches the metadata an append wrote: the next append to the stream through this
+// process validates against it without reading it back. It is only a guess: a publish
+// expects its Last, the update its revision, and an append it would not accept is decided
+// again on metadata read from the bucket.
+func (s *store) remember(key string, m meta, rev uint64) {
+	s.mu.Lock()
+	if len(s.cache) >= maxCached {
+		clear(s.cache)
+	}
+	s.cache[key] = cachedMeta{m, rev}
+	s.mu.Unlock()
+}
+
+func (s *store) forget(key string) {
+	s.mu.Lock()
+	delete(s.cache, key)
+	s.mu.Unlock()
+}
+
+func (s *store) cached(key string) (cachedMeta, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.cache[key]
+	return c, ok
 }
 
 func isConflict(err error) bool {
@@ -333,6 +379,7 @@ func (s *store) expire(ctx context.Context, key string, m meta, rev uint64) erro
 // remove deletes key's incarnation m: its metadata, its messages, and its reference on its
 // fork source, which goes too when it was soft-deleted and this was its last fork.
 func (s *store) remove(ctx context.Context, key string, m meta, rev uint64) error {
+	s.forget(key)
 	err := s.kv.Delete(ctx, key, natsjs.LastRevision(rev))
 	if isConflict(err) {
 		return nil
@@ -365,6 +412,7 @@ func (s *store) release(ctx context.Context, key, id string) error {
 		m.Refs--
 		if m.Refs <= 0 && m.Deleted {
 			m.Refs = 0
+			s.forget(key)
 			if err := s.kv.Delete(ctx, key, natsjs.LastRevision(rev)); isConflict(err) {
 				continue
 			} else if err != nil {
@@ -411,6 +459,7 @@ func (s *store) delete(ctx context.Context, key string) error {
 			}
 			continue
 		}
+		s.forget(key)
 		err = s.kv.Delete(ctx, key, natsjs.LastRevision(rev))
 		if isConflict(err) {
 			continue
@@ -483,6 +532,7 @@ func (s *store) create(ctx context.Context, principal, name string, r createRequ
 		}
 		m.Closed = r.Closed
 		b, _ := json.Marshal(m)
+		s.forget(k)
 		if _, err := s.kv.Create(ctx, k, b); err != nil {
 			s.abandon(ctx, m)
 			if isConflict(err) {
@@ -651,15 +701,24 @@ func (s *store) append(ctx context.Context, principal, name string, r appendRequ
 	}
 	defer unlock()
 	for range maxAttempts {
-		m, rev, err := s.load(ctx, k)
-		if err != nil {
-			return appendResult{}, err
+		c, fromCache := s.cached(k)
+		m, rev := c.m, c.rev
+		if !fromCache || m.expired(s.nowMs()) {
+			fromCache = false
+			var err error
+			if m, rev, err = s.load(ctx, k); err != nil {
+				return appendResult{}, err
+			}
 		}
 		if m.Deleted {
 			return appendResult{}, ErrGone
 		}
 		res, err := decide(m, r)
 		if err != nil || res.Status != appendAccepted || (m.Closed && r.Producer == nil) {
+			if fromCache { // answer from the bucket's metadata, not a guess
+				s.forget(k)
+				continue
+			}
 			if errors.Is(err, ErrStreamClosed) {
 				res.Offset = m.Tail
 			}
@@ -680,12 +739,14 @@ func (s *store) append(ctx context.Context, principal, name string, r appendRequ
 		}
 		ack, err := s.js.PublishMsg(ctx, msg, natsjs.WithExpectLastSequencePerSubject(m.Last))
 		if isConflict(err) {
+			s.forget(k)
 			if err := s.rollForward(ctx, k, m.ID); err != nil {
 				return appendResult{}, err
 			}
 			continue
 		}
 		if err != nil {
+			s.forget(k)
 			return appendResult{}, fmt.Errorf("durable: append: %w", err)
 		}
 		// Most often nobody wrote the metadata meanwhile: record the message on the revision
@@ -693,10 +754,15 @@ func (s *store) append(ctx context.Context, principal, name string, r appendRequ
 		next := m
 		next.Producers = maps.Clone(m.Producers)
 		next.apply(ack.Sequence, msg.Header, len(r.Body), s.nowMs())
-		if ok, _ := s.put(ctx, k, next, rev); !ok {
-			if _, err := s.commit(ctx, k, m.ID, ack.Sequence, msg.Header, len(r.Body)); err != nil {
-				return appendResult{}, err
-			}
+		if nrev, ok, _ := s.putRev(ctx, k, next, rev); ok {
+			s.remember(k, next, nrev)
+		} else if _, err := s.commit(ctx, k, m.ID, ack.Sequence, msg.Header, len(r.Body)); errors.Is(err, errReplaced) || errors.Is(err, ErrNotFound) {
+			// Deleted (and maybe created again) since m was read: the message went to the
+			// old incarnation's subject. Drop it and append to the new one, if any.
+			s.stream.Purge(context.WithoutCancel(ctx), natsjs.WithPurgeSubject(s.subject(m.ID)))
+			continue
+		} else if err != nil {
+			return appendResult{}, err
 		}
 		// The publish expected m.Last: nothing came between m and this message.
 		res.Offset, res.Closed = m.Tail, r.Close
@@ -767,7 +833,10 @@ func (s *store) commit(ctx context.Context, key, id string, seq uint64, hdr nats
 		if err != nil {
 			return m, err
 		}
-		if m.ID != id || m.Last >= seq {
+		if m.ID != id {
+			return m, errReplaced
+		}
+		if m.Last >= seq {
 			return m, nil
 		}
 		m.apply(seq, hdr, bodyLen, s.nowMs())
@@ -790,7 +859,9 @@ func (s *store) rollForward(ctx context.Context, key, id string) error {
 	if err != nil {
 		return err
 	}
-	_, err = s.commit(ctx, key, id, raw.Sequence, raw.Header, len(raw.Data))
+	if _, err = s.commit(ctx, key, id, raw.Sequence, raw.Header, len(raw.Data)); errors.Is(err, errReplaced) {
+		return nil // the caller reads the new incarnation
+	}
 	return err
 }
 
