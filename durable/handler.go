@@ -764,7 +764,7 @@ func (h *Handler) read(w http.ResponseWriter, r *http.Request, principal, name s
 	w.Write(body.Bytes())
 }
 
-// sseBatch is how many records one SSE read fetches.
+// sseBatch is how many records one SSE read fetches (at most Config.MaxReadBytes of them).
 const sseBatch = 1024
 
 // sse serves live=sse: a data event per record, each followed by a control event, then
@@ -822,7 +822,7 @@ func (h *Handler) sse(w http.ResponseWriter, r *http.Request, k string, m meta, 
 			}
 		}
 		fresh = false
-		recs, more, err := h.st.read(ctx, m, after, sseBatch, 0)
+		recs, more, err := h.st.read(ctx, m, after, sseBatch, h.cfg.MaxReadBytes)
 		if err != nil {
 			if ctx.Err() == nil {
 				h.cfg.Logger.Warn("durable streams: SSE read failed", "err", err)
