@@ -404,6 +404,13 @@ func (s *Store) Ready(ctx context.Context) error {
 	return nil
 }
 
+// Conn is the store's NATS connection and JetStream its JetStream handle, for other services
+// of the same process that keep their data beside the run logs. Close closes them.
+func (s *Store) Conn() *nats.Conn { return s.nc }
+
+// JetStream returns the store's JetStream handle (see Conn).
+func (s *Store) JetStream() natsjs.JetStream { return s.js }
+
 // ClientURL is the URL of the embedded server, or "" in external mode.
 func (s *Store) ClientURL() string {
 	if s.ns == nil {

@@ -93,6 +93,12 @@ type serveConfig struct {
 	agentModel          string
 	agentAPIKeyEnv      string
 	agentAPIKey         string // the value of agentAPIKeyEnv; never logged
+
+	// Durable Streams (README "Durable Streams").
+	durablePath     string // empty: off
+	durableAltPath  string // the TanStack adapter's shape; empty: off
+	durableLongPoll time.Duration
+	durableMaxBody  int64
 }
 
 // Modes of --auth.
@@ -267,6 +273,10 @@ var serveFlags = []serveFlag{
 	{"agent-idle-timeout", "5m", "time the agent may emit nothing before its turn is ended (RUN_ERROR limit_exceeded)", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentIdleTimeout })},
 	{"chat-path", "/api/chat", "path of the HTTP transport with server-sent events (POST starts or resumes a turn, GET replays a run); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.chatPath })},
 	{"chat-ndjson-path", "/api/chat/ndjson", "path of the HTTP transport with NDJSON lines (as --chat-path); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.ndjsonPath })},
+	{"durable-path", "/v1/stream", "prefix of the Durable Streams protocol (a stream's name is the rest of the path); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.durablePath })},
+	{"durable-alt-path", "/streams", "second Durable Streams prefix taking the name as one URL-encoded segment (the TanStack adapter's shape); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.durableAltPath })},
+	{"durable-long-poll", "20s", "how long a Durable Streams long-poll waits for data (then 204), and the interval of SSE keep-alives", durationSetter(func(c *serveConfig) *time.Duration { return &c.durableLongPoll })},
+	{"durable-max-body", "1MiB", "largest Durable Streams PUT or POST body (413 beyond; at most the NATS max payload less 4 KiB)", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.durableMaxBody })},
 	{"log-format", "auto", "auto (text on a terminal, else json), text (colour on a terminal) or json", func(c *serveConfig, v string) error {
 		switch v {
 		case "auto", "text", "json":

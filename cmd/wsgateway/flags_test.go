@@ -46,6 +46,7 @@ func TestParseServeDefaults(t *testing.T) {
 	}
 	want.auth, want.jwtCookie, want.jwtQueryParam = "none", "wsgateway_token", "access_token"
 	want.jwtJWKSRefresh = 15 * time.Minute
+	want.durablePath, want.durableAltPath, want.durableLongPoll, want.durableMaxBody = "/v1/stream", "/streams", 20*time.Second, 1<<20
 	want.readLimit, want.headerTimeout, want.handshakeTimeout = 1<<20, 10*time.Second, 30*time.Second
 	want.maxRunEvents, want.maxRunBytes, want.maxEventBytes = 100000, 64<<20, 1<<20
 	want.agentIdleTimeout = 5 * time.Minute

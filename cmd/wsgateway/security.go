@@ -87,6 +87,18 @@ func tokensOf(a *auth.Authenticator, log *slog.Logger) conversation.Tokens {
 	return jwtTokens{a: a, log: log}
 }
 
+// principalOf returns the principal of a request as the endpoints without sockets need it:
+// the subject of its token, or nil (every client is one principal) without tokens.
+func principalOf(t conversation.Tokens) func(*http.Request) (string, error) {
+	if t == nil {
+		return nil
+	}
+	return func(r *http.Request) (string, error) {
+		p, _, err := t.Identify(r)
+		return p, err
+	}
+}
+
 // jwtTokens is conversation.Tokens over an Authenticator. Refused handshakes are logged at
 // debug level, with the reason and never the token (the socket answers refused auth frames).
 type jwtTokens struct {

@@ -22,6 +22,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/agent/demo"
 	"github.com/wsgateway/wsgateway/conversation"
+	"github.com/wsgateway/wsgateway/durable"
 	"github.com/wsgateway/wsgateway/heartbeat"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
@@ -204,6 +205,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 			mux.Handle("GET "+path, conv.HTTPHandler(framing))
 		}
 	}
+	ds, err := mountDurable(ctx, mux, cfg, store, principalOf(tokens), log)
+	if err != nil {
+		return err
+	}
 	mux.Handle("GET /", web.Handler())
 	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
@@ -227,6 +232,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		WriteTimeout:      writeTimeout,
 		IdleTimeout:       idleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	if ds != nil {
+		srv.RegisterOnShutdown(ds.Close) // long-polls and SSE would hold Shutdown
 	}
 
 	addr := ln.Addr().String()
@@ -302,4 +310,35 @@ func newAgent(cfg serveConfig) (turn.Agent, error) {
 		return demo.New(), nil
 	}
 	return newUpstreamAgent(cfg)
+}
+
+// mountDurable serves the Durable Streams protocol (README "Durable Streams") on mux, on the
+// run log's NATS, unless --durable-path is empty.
+func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, store *jetstream.Store, principal func(*http.Request) (string, error), log *slog.Logger) (*durable.Handler, error) {
+	if cfg.durablePath == "" {
+		return nil, nil
+	}
+	alt := cfg.durableAltPath
+	if alt == "" {
+		alt = "-"
+	}
+	h, err := durable.New(ctx, durable.Config{
+		Conn:            store.Conn(),
+		JetStream:       store.JetStream(),
+		Prefix:          cfg.durablePath,
+		AltPrefix:       alt,
+		Replicas:        cfg.replicas,
+		Retention:       cfg.retention,
+		LongPollTimeout: cfg.durableLongPoll,
+		MaxBodyBytes:    cfg.durableMaxBody,
+		Principal:       principal,
+		Logger:          log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("durable streams: %w", err)
+	}
+	for _, p := range h.Patterns() {
+		mux.Handle(p, h)
+	}
+	return h, nil
 }
