@@ -127,6 +127,26 @@ func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) {
 	r.abortSlot(s)
 }
 
+// abortRunning stops the turn of key, now or as soon as it starts, and reports whether
+// there was one.
+func (r *registry) abortRunning(key runKey) bool {
+	r.mu.Lock()
+	s := r.slots[key]
+	r.mu.Unlock()
+	if s == nil {
+		return false
+	}
+	r.abortSlot(s)
+	return true
+}
+
+// aborted reports whether an abort of s arrived.
+func (r *registry) aborted(s *slot) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return s.aborted
+}
+
 // abortSlot stops s's turn, now or as soon as it starts.
 func (r *registry) abortSlot(s *slot) {
 	r.mu.Lock()

@@ -1,0 +1,189 @@
+package conversation_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+// The AGUI framing: server-sent events as on /api/chat, without the run.accepted marker.
+
+// aguiTurn is tokenTurn(n) as the AGUI framing writes it: without the marker.
+func aguiTurn(n int) string { return strings.TrimPrefix(tokenTurn(n), "CUSTOM:run.accepted ") }
+
+// TestAGUITurn: a POST streams the turn from RUN_STARTED, each event with its offset; the
+// log, read over the socket, holds the marker, then the same events at the same offsets.
+func TestAGUITurn(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	got := e.post(t, "/agui", "agui-turn", script{Tokens: 5}).all()
+	if s := summary(got); s != aguiTurn(5) {
+		t.Fatalf("events = %s\nwant %s", s, aguiTurn(5))
+	}
+	distinctOffsets(t, got)
+	replay, end := e.resume(t, "agui-turn", "-1")
+	if end.code != 1000 {
+		t.Fatalf("resume closed %v", end.err)
+	}
+	if s := summary(replay); s != tokenTurn(5) {
+		t.Fatalf("log = %s, want %s", s, tokenTurn(5))
+	}
+	if g, w := strings.Join(raws(replay[1:]), "\n"), strings.Join(raws(got), "\n"); g != w {
+		t.Fatalf("the log after its marker differs from the AGUI stream:\n%s\nwant\n%s", g, w)
+	}
+}
+
+// TestAGUIResume: a cut stream goes on after its last id, by POST with Last-Event-ID or by
+// GET, without a duplicate; a join from -1 or from the marker's offset starts at RUN_STARTED.
+func TestAGUIResume(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	sc := script{Tokens: 20, IntervalMs: 10}
+	for _, how := range []string{"post", "get"} {
+		t.Run(how, func(t *testing.T) {
+			runID := "agui-cut-" + how
+			first := e.post(t, "/agui", runID, sc)
+			head := first.n(5)
+			first.resp.Body.Close()
+			last := head[len(head)-1].Offset
+			var rest []frame
+			if how == "post" {
+				rest = e.open(t, "/agui", http.MethodPost, runFrame(runID, sc), http.Header{"Last-Event-Id": {last}}).all()
+			} else {
+				rest = e.open(t, "/agui", http.MethodGet, nil, nil, "runId", runID, "offset", last).all()
+			}
+			got := append(head, rest...)
+			if s := summary(got); s != aguiTurn(20) {
+				t.Fatalf("events = %s\nwant %s", s, aguiTurn(20))
+			}
+			distinctOffsets(t, got)
+			all := e.open(t, "/agui", http.MethodGet, nil, nil, "runId", runID, "offset", "-1").all()
+			if g, w := strings.Join(raws(all), "\n"), strings.Join(raws(got), "\n"); g != w {
+				t.Fatalf("join from -1:\n%s\nwant\n%s", g, w)
+			}
+			log, _ := e.resume(t, runID, "-1")
+			fromMarker := e.open(t, "/agui", http.MethodGet, nil, nil, "runId", runID, "offset", log[0].Offset).all()
+			if g, w := strings.Join(raws(fromMarker), "\n"), strings.Join(raws(got), "\n"); g != w {
+				t.Fatalf("join after the marker:\n%s\nwant\n%s", g, w)
+			}
+		})
+	}
+}
+
+// TestAGUISocketInterop: a turn started over AGUI is joined on the socket, and a turn started
+// on the socket is joined over AGUI; both see the same offsets.
+func TestAGUISocketInterop(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	sc := script{Tokens: 12, IntervalMs: 10}
+
+	live := e.post(t, "/agui", "agui-to-ws", sc)
+	head := live.n(3)
+	joined, end := e.resume(t, "agui-to-ws", head[2].Offset)
+	if end.code != 1000 {
+		t.Fatalf("resume closed %v", end.err)
+	}
+	if s := summary(append(head, joined...)); s != aguiTurn(12) {
+		t.Fatalf("AGUI head + socket rest = %s", s)
+	}
+	if rest := live.all(); strings.Join(raws(rest), "\n") != strings.Join(raws(joined), "\n") {
+		t.Fatalf("the AGUI stream and the socket differ after %s", head[2].Offset)
+	}
+
+	cl := dial(t, e.url(), "")
+	cl.send(runFrame("ws-to-agui", sc))
+	first := cl.untilN(t, 4) // the marker, RUN_STARTED, TEXT_MESSAGE_START, one delta
+	cl.c.CloseNow()
+	rest := e.open(t, "/agui", http.MethodGet, nil, nil, "runId", "ws-to-agui", "offset", first[3].Offset).all()
+	got := append(first[1:], rest...)
+	if s := summary(got); s != aguiTurn(12) {
+		t.Fatalf("socket head + AGUI rest = %s", s)
+	}
+	distinctOffsets(t, got)
+}
+
+// TestAGUIRefused: a start the gateway refuses is one bare RUN_ERROR, the first and only
+// event, which @ag-ui/client's verifier accepts in first place.
+func TestAGUIRefused(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.post(t, "/agui", "agui-owned", script{Tokens: 1}).all()
+	for _, tc := range []struct {
+		name   string
+		body   []byte
+		header http.Header
+		want   string
+	}{
+		{"invalid input", []byte(`{"threadId":"t","runId":"r","messages":"no"}`), nil, "bare RUN_ERROR:invalid_input"},
+		{"forbidden", runFrame("agui-owned", script{Tokens: 1}), http.Header{"X-Principal": {"p2"}}, "bare RUN_ERROR:forbidden"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if s := summary(e.open(t, "/agui", http.MethodPost, tc.body, tc.header).all()); s != tc.want {
+				t.Fatalf("events = %s, want %s", s, tc.want)
+			}
+		})
+	}
+}
+
+// TestAGUISlowClient: a client too slow for the bursts gets the rest from the log, without
+// the marker and without a duplicate.
+func TestAGUISlowClient(t *testing.T) {
+	e := newEnv(t, envOptions{queueSize: 2})
+	st := e.post(t, "/agui", "agui-slow", script{Tokens: 600, DeltaBytes: 16384})
+	head := st.n(2)
+	time.Sleep(300 * time.Millisecond) // the turn runs ahead meanwhile
+	got := append(head, st.all()...)
+	if s := summary(got); s != aguiTurn(600) {
+		t.Fatalf("events = %.300s…", s)
+	}
+	distinctOffsets(t, got)
+	if n := e.metric(t, "wsgateway_conversation_frames_dropped_total", "slow_consumer"); n != 1 {
+		t.Fatalf("slow-consumer overflows = %v, want 1", n)
+	}
+}
+
+// TestHTTPAbort: DELETE ?runId= aborts the principal's running turn, whichever transport
+// started it; every stream of the turn ends with RUN_ERROR aborted. Another principal's
+// DELETE, or one for a turn that ended, finds nothing.
+func TestHTTPAbort(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	del := func(path, runID string, header http.Header) int {
+		t.Helper()
+		var kv []string
+		if runID != "" {
+			kv = []string{"runId", runID}
+		}
+		resp := e.httpDo(t, http.MethodDelete, path, nil, header, kv...)
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	st := e.post(t, "/agui", "agui-abort", script{Tokens: 2, Block: true})
+	st.n(3)
+	if code := del("/agui", "agui-abort", http.Header{"X-Principal": {"p2"}}); code != http.StatusNotFound {
+		t.Fatalf("DELETE by another principal = %d, want 404", code)
+	}
+	if code := del("/agui", "", nil); code != http.StatusBadRequest {
+		t.Fatalf("DELETE without runId = %d, want 400", code)
+	}
+	if code := del("/agui", "agui-abort", nil); code != http.StatusNoContent {
+		t.Fatalf("DELETE = %d, want 204", code)
+	}
+	rest := st.all()
+	if s := summary(rest); s != "TEXT_MESSAGE_CONTENT RUN_ERROR:aborted" {
+		t.Fatalf("after the abort: %s, want the last delta and RUN_ERROR aborted", s)
+	}
+	e.waitClosed(t, "agui-abort")
+	if code := del("/agui", "agui-abort", nil); code != http.StatusNotFound {
+		t.Fatalf("DELETE of an ended turn = %d, want 404", code)
+	}
+
+	// A socket's turn, aborted over HTTP: as after an abort frame, the socket gets nothing
+	// more live, and the log ends with RUN_ERROR aborted.
+	cl := dial(t, e.url(), "")
+	cl.send(runFrame("ws-abort", script{Tokens: 1, Block: true}))
+	cl.untilN(t, 4)
+	if code := del("/api/chat", "ws-abort", nil); code != http.StatusNoContent {
+		t.Fatalf("DELETE of a socket's turn = %d, want 204", code)
+	}
+	e.waitClosed(t, "ws-abort")
+	if log, _ := e.resume(t, "ws-abort", "-1"); !strings.HasSuffix(summary(log), "TEXT_MESSAGE_CONTENT RUN_ERROR:aborted") {
+		t.Fatalf("log of the socket's turn = %s, want it aborted", summary(log))
+	}
+}
