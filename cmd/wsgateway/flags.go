@@ -49,6 +49,7 @@ type serveConfig struct {
 	drainTimeout time.Duration
 	chatPath     string // SSE transport; empty: off
 	ndjsonPath   string // NDJSON transport; empty: off
+	aguiPath     string // AG-UI transport; empty: off
 	logFormat    string
 	logLevel     string
 
@@ -253,6 +254,7 @@ var serveFlags = []serveFlag{
 	{"agent-idle-timeout", "5m", "time the agent may emit nothing before its turn is ended (RUN_ERROR limit_exceeded)", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentIdleTimeout })},
 	{"chat-path", "/api/chat", "path of the HTTP transport with server-sent events (POST starts or resumes a turn, GET replays a run); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.chatPath })},
 	{"chat-ndjson-path", "/api/chat/ndjson", "path of the HTTP transport with NDJSON lines (as --chat-path); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.ndjsonPath })},
+	{"agui-path", "/agui", "path of AG-UI's own HTTP transport (@ag-ui/client HttpAgent: server-sent events without the run.accepted marker; as --chat-path otherwise); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.aguiPath })},
 	{"log-format", "auto", "auto (text on a terminal, else json), text (colour on a terminal) or json", func(c *serveConfig, v string) error {
 		switch v {
 		case "auto", "text", "json":
@@ -437,6 +439,9 @@ func parseServe(args []string, getenv func(string) (string, bool), stdout io.Wri
 	if cfg.chatPath != "" && cfg.chatPath == cfg.ndjsonPath {
 		return cfg, fmt.Errorf("%w: --chat-path and --chat-ndjson-path must differ", errUsage)
 	}
+	if cfg.aguiPath != "" && (cfg.aguiPath == cfg.chatPath || cfg.aguiPath == cfg.ndjsonPath) {
+		return cfg, fmt.Errorf("%w: --agui-path must differ from --chat-path and --chat-ndjson-path", errUsage)
+	}
 	if err := checkAgent(&cfg, getenv); err != nil {
 		return cfg, err
 	}
@@ -569,6 +574,7 @@ Usage:
 Endpoints:
   /ws        conversation socket (no offset) or resume socket (?runId=&offset=)
   /api/chat  HTTP transport, server-sent events (--chat-path); /api/chat/ndjson: NDJSON
+  /agui      AG-UI's HTTP transport, for @ag-ui/client's HttpAgent (--agui-path)
   /          chat page
   /metrics   Prometheus metrics
   /healthz   liveness
