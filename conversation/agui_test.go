@@ -1,10 +1,14 @@
 package conversation_test
 
 import (
+	"context"
 	"net/http"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/conversation"
+	"github.com/wsgateway/wsgateway/jetstream"
 )
 
 // The AGUI framing: server-sent events as on /api/chat, without the run.accepted marker.
@@ -185,5 +189,53 @@ func TestHTTPAbort(t *testing.T) {
 	e.waitClosed(t, "ws-abort")
 	if log, _ := e.resume(t, "ws-abort", "-1"); !strings.HasSuffix(summary(log), "TEXT_MESSAGE_CONTENT RUN_ERROR:aborted") {
 		t.Fatalf("log of the socket's turn = %s, want it aborted", summary(log))
+	}
+}
+
+// heldCreates is a Store whose log creations wait until release is closed.
+type heldCreates struct {
+	conversation.Store
+	started chan struct{} // a creation is waiting
+	release chan struct{}
+}
+
+func (h *heldCreates) Create(ctx context.Context, principal, runID, threadID string) (*jetstream.Writer, error) {
+	h.started <- struct{}{}
+	<-h.release
+	return h.Store.Create(ctx, principal, runID, threadID)
+}
+
+// TestHTTPAbortWhileStarting: a DELETE that arrives while the turn's log is being created
+// aborts the turn as it starts; its response, which received nothing yet, gets the whole log
+// (on AGUI, without the marker): RUN_ERROR aborted.
+func TestHTTPAbortWhileStarting(t *testing.T) {
+	hc := &heldCreates{started: make(chan struct{}, 1), release: make(chan struct{})}
+	e := newEnv(t, envOptions{wrap: func(s conversation.Store) conversation.Store {
+		hc.Store = s
+		return hc
+	}})
+	done := make(chan []frame, 1)
+	go func() {
+		done <- e.post(t, "/agui", "abort-early", script{Tokens: 3}).all()
+	}()
+	select {
+	case <-hc.started:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the POST did not start creating the log")
+	}
+	resp := e.httpDo(t, http.MethodDelete, "/agui", nil, nil, "runId", "abort-early")
+	resp.Body.Close()
+	close(hc.release)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("DELETE while starting = %d, want 204", resp.StatusCode)
+	}
+	select {
+	case got := <-done:
+		if s := summary(got); s != "RUN_ERROR:aborted" {
+			t.Fatalf("events = %s, want RUN_ERROR:aborted", s)
+		}
+		distinctOffsets(t, got)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the response did not end")
 	}
 }

@@ -229,6 +229,9 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 		// nothing more live, and this response ends with the log's RUN_ERROR all the same.
 		if after, ok := st.overflowAt(); ok || srv.turns.aborted(s) {
 			t.Detach()
+			if after == "" {
+				after = "-1" // aborted before its first event: the whole log
+			}
 			srv.replay(st.replayCtx(ctx), principal, in.RunID, after, st.log, nil, st.send)
 		}
 	}()
