@@ -35,6 +35,10 @@ func TestAGUITurn(t *testing.T) {
 	if g, w := strings.Join(raws(replay[1:]), "\n"), strings.Join(raws(got), "\n"); g != w {
 		t.Fatalf("the log after its marker differs from the AGUI stream:\n%s\nwant\n%s", g, w)
 	}
+	// The transport has a metrics label of its own.
+	e.open(t, "/agui", http.MethodGet, nil, nil, "runId", "agui-turn", "offset", "-1").all()
+	e.waitMetric(t, "wsgateway_conversation_resumes_total", "completed,agui", 1)
+	e.waitMetric(t, "wsgateway_conversation_open_sockets", "conversation,agui", 0)
 }
 
 // TestAGUIResume: a cut stream goes on after its last id, by POST with Last-Event-ID or by

@@ -391,3 +391,18 @@ func TestAGUIHttpAgentRefusedAndAborted(t *testing.T) {
 		sameWire(t, "the aborted run's wire and its log after the marker", res.Wire, afterMarker(t, logEnvelopes(t, ctx, gw, runID)))
 	})
 }
+
+// TestAGUIPathFlag: --agui-path moves the transport; the old path no longer starts turns.
+func TestAGUIPathFlag(t *testing.T) {
+	gw := startGateway(t, "--agui-path", "/v1/agui")
+	res := runAGUI(t, "run", nil, map[string]any{"url": gw.URL + "/v1/agui", "runId": "agui-moved", "text": "moved",
+		"forwardedProps": demoProps(map[string]any{"intervalMs": 0})})
+	res.ok(t)
+	if c := res.NewMessages; len(c) != 1 || c[0]["content"] != "You said: moved" {
+		t.Errorf("newMessages = %v, want the reply", c)
+	}
+	old := runAGUI(t, "run", nil, map[string]any{"url": gw.URL + "/agui", "runId": "agui-old-path"})
+	if old.Failed == nil || !strings.HasPrefix(*old.Failed, "HTTP 405") {
+		t.Errorf("POST /agui after --agui-path /v1/agui: failed %s, want HTTP 405", deref(old.Failed))
+	}
+}
