@@ -239,7 +239,9 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 	cancel()
 	wg.Wait()
 	t.Detach() // the turn goes on into its log only
-	if err != nil && srv.cfg.AbortOnDisconnect {
+	// The client left when a write failed, or when its request's context ended: the writer
+	// may have seen the stream ended (by the goroutine above, on the same cancellation) first.
+	if (err != nil || r.Context().Err() != nil) && srv.cfg.AbortOnDisconnect {
 		srv.turns.abortSlot(s)
 	}
 }
