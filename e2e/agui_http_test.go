@@ -29,6 +29,7 @@ type aguiRun struct {
 	Failed       *string          `json:"failed"`
 	Requests     []httpRequest    `json:"requests"`
 	DeleteStatus *int             `json:"deleteStatus"`
+	Comments     int              `json:"comments"` // heartbeats on the wire
 }
 
 // aguiWire is one server-sent event as the response carried it: its id line (nil for none)
@@ -393,13 +394,17 @@ func TestAGUIHttpAgentRefusedAndAborted(t *testing.T) {
 }
 
 // TestAGUIPathFlag: --agui-path moves the transport; the old path no longer starts turns.
+// Heartbeats (SSE comments) between the events do not disturb HttpAgent.
 func TestAGUIPathFlag(t *testing.T) {
-	gw := startGateway(t, "--agui-path", "/v1/agui")
+	gw := startGateway(t, "--agui-path", "/v1/agui", "--heartbeat", "50ms")
 	res := runAGUI(t, "run", nil, map[string]any{"url": gw.URL + "/v1/agui", "runId": "agui-moved", "text": "moved",
-		"forwardedProps": demoProps(map[string]any{"intervalMs": 0})})
+		"forwardedProps": demoProps(map[string]any{"intervalMs": 100})})
 	res.ok(t)
 	if c := res.NewMessages; len(c) != 1 || c[0]["content"] != "You said: moved" {
 		t.Errorf("newMessages = %v, want the reply", c)
+	}
+	if res.Comments == 0 {
+		t.Errorf("no heartbeat on the wire of a turn of about 500ms with --heartbeat 50ms")
 	}
 	old := runAGUI(t, "run", nil, map[string]any{"url": gw.URL + "/agui", "runId": "agui-old-path"})
 	if old.Failed == nil || !strings.HasPrefix(*old.Failed, "HTTP 405") {

@@ -30,7 +30,7 @@
 // subscriber's onEvent saw, after the client's chunk expansion and verification), wire
 // ([{id, event}]), newMessages, result (RUN_FINISHED's), runErrors (onRunErrorEvent's events),
 // failed (the message runAgent rejected with, or null), requests ([{method, url,
-// lastEventId}]), deleteStatus}}. Every scenario is bounded by options.timeoutMs.
+// lastEventId}]), deleteStatus, comments (server-sent events without data: heartbeats)}}. Every scenario is bounded by options.timeoutMs.
 
 import http from "node:http";
 import { HttpAgent } from "@ag-ui/client";
@@ -55,6 +55,7 @@ const wire = [];
 const requests = [];
 let contents = 0;
 let deleteStatus = null;
+let comments = 0;
 
 // onWireEvent counts the replies' deltas and acts on the thresholds of the options.
 function onWireEvent(id, event) {
@@ -127,7 +128,10 @@ async function wireFetch(url, init) {
         if (blocks.length === 0) continue;
         for (const block of blocks) {
           const { id, data } = parseBlock(block);
-          if (data === null) continue; // a heartbeat comment
+          if (data === null) {
+            comments++; // a heartbeat, which HttpAgent's parser skips too
+            continue;
+          }
           if (id !== null) lastId = id;
           onWireEvent(id, JSON.parse(data));
         }
@@ -202,5 +206,5 @@ while (options.abortAfter && deleteStatus === null && contents >= options.abortA
   await new Promise((r) => setTimeout(r, 10));
 }
 clearTimeout(deadline);
-emit({ result: { ...out, wire, requests, deleteStatus } });
+emit({ result: { ...out, wire, requests, deleteStatus, comments } });
 process.exit(0);
