@@ -29,12 +29,12 @@ const (
 	abortRepeat = time.Second
 )
 
-// AbortHandler returns the handler of POST /api/runs/{runId}/abort (THREADS.md section 3):
-// it stops the principal's run wherever it runs and answers once the run's log is closed,
-// 200 {"runId":R,"outcome":"aborted"|"finished"|"error"}; a run that ended already answers
-// its outcome. An unknown run, or another principal's, is answered 404
-// {"error":"unknown or expired run"} and left alone. The request carries the runId in the
-// path value runId.
+// AbortHandler returns the handler of POST /api/runs/{runId}/abort (THREADS.md section 3),
+// the runId in the request's path value runId: it stops the principal's run wherever it
+// runs and answers once the run's log is closed, 200 {"runId":R,"outcome":"aborted",
+// "finished" or "error"}; a run that ended already answers its outcome. An unknown run, or
+// another principal's, is answered 404 {"error":"unknown or expired run"} and left alone.
+// DELETE ?runId= on the HTTP transports answers the same.
 func (s *Server) AbortHandler() http.Handler { return http.HandlerFunc(s.serveAbort) }
 
 func (s *Server) serveAbort(w http.ResponseWriter, r *http.Request) {
@@ -47,7 +47,11 @@ func (s *Server) serveAbort(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusForbidden, "origin not allowed")
 		return
 	}
-	runID := r.PathValue("runId")
+	s.answerAbort(w, r, principal, r.PathValue("runId"))
+}
+
+// answerAbort stops the principal's run of runID and answers its outcome (AbortHandler).
+func (s *Server) answerAbort(w http.ResponseWriter, r *http.Request, principal, runID string) {
 	if !protocol.ValidRunID(runID) {
 		writeJSONError(w, http.StatusBadRequest, "invalid runId")
 		return
@@ -73,37 +77,26 @@ func (s *Server) serveAbort(w http.ResponseWriter, r *http.Request) {
 }
 
 // abortRun stops the principal's run of runID, here or on another gateway, and returns its
-// outcome once its log is closed.
+// outcome once its log is closed: it reads the whole log, which a run still being created
+// here, or aborted as it starts, has soon (jetstream.Store.Read waits for it).
 func (s *Server) abortRun(ctx context.Context, principal, runID string) (string, error) {
-	// The tail is read from before the request, so that the terminal it causes is seen.
-	tail, err := s.cfg.Store.Read(ctx, principal, runID, jetstream.FromNow)
+	if !s.turns.abort(runKey{principal, runID}, nil, 0, 0) {
+		stop := make(chan struct{})
+		defer close(stop)
+		go s.requestAbort(principal, runID, stop)
+	}
+	r, err := s.cfg.Store.Read(ctx, principal, runID, jetstream.FromStart)
 	if err != nil {
 		return "", err
 	}
-	defer tail.Close()
-	stop := make(chan struct{})
-	defer close(stop)
-	go s.requestAbort(principal, runID, stop)
-	last, err := lastEvent(ctx, tail)
-	if err != nil || last != nil {
-		return outcomeOf(last), err
-	}
-	// The log was closed before the tail was opened: its terminal is its last event.
-	all, err := s.cfg.Store.Read(ctx, principal, runID, jetstream.FromStart)
-	if err != nil {
-		return "", err
-	}
-	defer all.Close()
-	last, err = lastEvent(ctx, all)
+	defer r.Close()
+	last, err := lastEvent(ctx, r)
 	return outcomeOf(last), err
 }
 
-// requestAbort aborts the principal's turn of runID if this gateway runs it, else asks the
-// other gateways, again every abortRepeat until stop is closed.
+// requestAbort asks the other gateways to abort the principal's turn of runID, again every
+// abortRepeat until stop is closed.
 func (s *Server) requestAbort(principal, runID string, stop <-chan struct{}) {
-	if s.turns.abort(runKey{principal, runID}, nil, 0, 0) {
-		return
-	}
 	t := time.NewTicker(abortRepeat)
 	defer t.Stop()
 	for {

@@ -1,10 +1,11 @@
 // Package conversation serves the gateway's client endpoints: the WebSocket endpoint GET /ws
-// (PROTOCOL.md sections 2 and 3) and the HTTP transports beside it (section 5).
+// (PROTOCOL.md sections 2 and 3) and the HTTP transports beside it (sections 5 and 6).
 //
 // New builds a Server from a Config; Server.ServeHTTP upgrades a request to a socket and
-// serves it until it closes; Server.HTTPHandler(SSE or NDJSON) returns the HTTP transport;
-// Server.Shutdown closes every socket and drains the turns. Config.Principal (or
-// Config.Tokens) authenticates every request.
+// serves it until it closes; Server.HTTPHandler(SSE, NDJSON or AGUI) returns the HTTP
+// transport; Server.AbortHandler stops a run from anywhere; Server.Shutdown closes every
+// socket and drains the turns. Config.Principal (or Config.Tokens) authenticates every
+// request.
 //
 // # Turns and replays
 //
@@ -65,7 +66,14 @@
 // continues from the log after the last offset it queued, so a slow client is never cut.
 // Refusals are 400 (also for an abort or auth frame), 401, 403 (an Origin that the socket would refuse), 404, 405, 413, 429
 // and 503; an invalid RunAgentInput or another principal's runId is a 200 stream holding one
-// bare RUN_ERROR, as on a socket.
+// bare RUN_ERROR, as on a socket. DELETE ?runId= answers as AbortHandler (abort.go); since
+// the abort comes from another request, the turn's open HTTP streams go on from the log to
+// its RUN_ERROR.
+//
+// AGUI is the framing of AG-UI's own HTTP transport (@ag-ui/client's HttpAgent): SSE without
+// the run.accepted marker, so that a stream starts with RUN_STARTED, or with the bare
+// RUN_ERROR of a refused start, both of which the client's verifier accepts first. The log
+// keeps the marker and its offset counts as sent: a replay from -1 starts at RUN_STARTED.
 //
 // # Goroutines and memory
 //

@@ -14,3 +14,12 @@ func (s *Server) RunningTurns() int {
 	defer s.turns.mu.Unlock()
 	return len(s.turns.slots)
 }
+
+// AbortRequested reports whether the registry holds the principal's turn of runID with an
+// abort requested.
+func (s *Server) AbortRequested(principal, runID string) bool {
+	s.turns.mu.Lock()
+	defer s.turns.mu.Unlock()
+	sl := s.turns.slots[runKey{principal, runID}]
+	return sl != nil && sl.aborted
+}

@@ -201,6 +201,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	mux.Handle("/api/chat", srv.HTTPHandler(conversation.SSE))
 	mux.Handle("/api/chat/ndjson", srv.HTTPHandler(conversation.NDJSON))
 	mux.Handle("POST /api/runs/{runId}/abort", srv.AbortHandler())
+	mux.Handle("/agui", srv.HTTPHandler(conversation.AGUI))
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Config.ReadTimeout, hs.Config.WriteTimeout = o.serverTimeout, o.serverTimeout
 	hs.Start()

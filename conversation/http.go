@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -29,6 +30,11 @@ const (
 	// as it is); heartbeats are blank lines, which NDJSON readers skip. Content-Type
 	// application/x-ndjson.
 	NDJSON
+	// AGUI writes server-sent events as SSE does, for AG-UI's own HTTP transport
+	// (@ag-ui/client's HttpAgent), whose verifier wants RUN_STARTED (or RUN_ERROR) first: the
+	// gateway's run.accepted marker is not written, though the log keeps it and its offset
+	// still counts as sent. Content-Type text/event-stream.
+	AGUI
 )
 
 // Request headers of the HTTP transport.
@@ -40,7 +46,9 @@ const (
 // Messages of the 400 answers of the HTTP transport.
 const (
 	MsgNoOffset = "a Last-Event-ID header or an offset query parameter is expected (an offset the gateway sent, -1 for the whole run, or now)"
-	MsgNoRunID  = "a runId is expected (X-Run-Id header of a POST, runId query parameter of a GET)"
+	MsgNoRunID  = "a runId is expected (X-Run-Id header of a POST, runId query parameter of a GET or DELETE)"
+	// MsgAbortFrame answers an abort frame POSTed as a body.
+	MsgAbortFrame = "abort frames are accepted on a conversation socket only; over HTTP, DELETE ?runId= aborts a turn"
 )
 
 var (
@@ -51,9 +59,10 @@ var (
 )
 
 // HTTPHandler returns the HTTP transport with framing f: POST starts a turn (or, with
-// Last-Event-ID, resumes one) and streams it; GET replays a run. See the package doc.
+// Last-Event-ID, resumes one) and streams it; GET replays a run; DELETE ?runId= aborts the
+// principal's running turn of runId. See the package doc.
 func (s *Server) HTTPHandler(f Framing) http.Handler {
-	if f != SSE && f != NDJSON {
+	if f != SSE && f != NDJSON && f != AGUI {
 		panic("conversation: unknown Framing")
 	}
 	return httpHandler{s, f}
@@ -65,9 +74,9 @@ type httpHandler struct {
 }
 
 func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.Method != http.MethodPost && r.Method != http.MethodGet {
-		w.Header().Set("Allow", "GET, POST")
-		http.Error(w, "method not allowed: POST starts or resumes a turn, GET replays a run", http.StatusMethodNotAllowed)
+	if r.Method != http.MethodPost && r.Method != http.MethodGet && r.Method != http.MethodDelete {
+		w.Header().Set("Allow", "GET, POST, DELETE")
+		http.Error(w, "method not allowed: POST starts or resumes a turn, GET replays a run, DELETE aborts one", http.StatusMethodNotAllowed)
 		return
 	}
 	srv := h.srv
@@ -78,6 +87,10 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	if !srv.originAllowed(r) {
 		http.Error(w, "origin not allowed", http.StatusForbidden)
+		return
+	}
+	if r.Method == http.MethodDelete {
+		h.abort(w, r, principal)
 		return
 	}
 	if !srv.hold(principal) {
@@ -131,8 +144,11 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, protocol.ErrNotJSON):
 		http.Error(w, "the request body is not JSON: a RunAgentInput is expected", http.StatusBadRequest)
 		return
+	case err == nil && f.Kind == protocol.FrameAbort:
+		http.Error(w, MsgAbortFrame, http.StatusBadRequest)
+		return
 	case err == nil && f.Kind != protocol.FrameRun:
-		http.Error(w, "abort and auth frames are accepted on a conversation socket only", http.StatusBadRequest)
+		http.Error(w, "auth frames are accepted on a conversation socket only", http.StatusBadRequest)
 		return
 	case err == nil && r.Header.Get(HeaderRunID) != "" && r.Header.Get(HeaderRunID) != f.RunID:
 		http.Error(w, "the X-Run-Id header differs from the body's runId", http.StatusBadRequest)
@@ -209,9 +225,14 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 		case <-ctx.Done():
 			return
 		}
-		if after, ok := st.overflowAt(); ok {
-			// The client could not keep up with the turn: the rest comes from the log.
+		// The rest comes from the log when the client could not keep up with the turn, and
+		// when another request aborted it (a DELETE, a resubmit): an aborted turn delivers
+		// nothing more live, and this response ends with the log's RUN_ERROR all the same.
+		if after, ok := st.overflowAt(); ok || srv.turns.aborted(s) {
 			t.Detach()
+			if after == "" {
+				after = "-1" // aborted before its first event: the whole log
+			}
 			srv.replay(st.replayCtx(ctx), principal, in.RunID, after, st.log, nil, st.send)
 		}
 	}()
@@ -219,15 +240,30 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 	cancel()
 	wg.Wait()
 	t.Detach() // the turn goes on into its log only
-	if err != nil && srv.cfg.AbortOnDisconnect {
+	// The client left when a write failed, or when its request's context ended: the writer
+	// may have seen the stream ended (by the goroutine above, on the same cancellation) first.
+	if (err != nil || r.Context().Err() != nil) && srv.cfg.AbortOnDisconnect {
 		srv.turns.abortSlot(s)
 	}
 }
 
+// abort answers DELETE ?runId= as POST /api/runs/{runId}/abort (Server.AbortHandler).
+func (h httpHandler) abort(w http.ResponseWriter, r *http.Request, principal string) {
+	runID := r.URL.Query().Get("runId")
+	if runID == "" {
+		writeJSONError(w, http.StatusBadRequest, MsgNoRunID)
+		return
+	}
+	h.srv.answerAbort(w, r, principal, runID)
+}
+
 // transport returns the metrics label of the handler's framing.
 func (h httpHandler) transport() metrics.Transport {
-	if h.framing == NDJSON {
+	switch h.framing {
+	case NDJSON:
 		return metrics.TransportNDJSON
+	case AGUI:
+		return metrics.TransportAGUI
 	}
 	return metrics.TransportSSE
 }
@@ -402,6 +438,14 @@ func (st *httpStream) format(offset string, event []byte) []byte {
 	return append(b, '\n', '\n')
 }
 
+// skips reports whether the stream leaves event out: the run.accepted marker, on AGUI.
+func (st *httpStream) skips(event []byte) bool {
+	return st.framing == AGUI && bytes.Equal(event, runAccepted)
+}
+
+// runAccepted is the marker event as the log stores it.
+var runAccepted = protocol.RunAccepted().JSON()
+
 // Deliver queues a live frame of the turn without blocking (turn.Sink). A frame that does
 // not fit stops live delivery: the rest of the turn is then read from its log.
 func (st *httpStream) Deliver(offset string, event []byte, emitted time.Time) {
@@ -409,6 +453,10 @@ func (st *httpStream) Deliver(offset string, event []byte, emitted time.Time) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	if st.overflow || st.ended || st.dead {
+		return
+	}
+	if st.skips(event) {
+		st.last = offset // left out, but sent as far as a continuation from the log goes
 		return
 	}
 	if !st.roomLocked(len(b)) {
@@ -434,6 +482,9 @@ func (st *httpStream) pushBare(event []byte) {
 
 // send queues a replayed event, waiting for room (the log is the buffer).
 func (st *httpStream) send(ctx context.Context, offset string, event []byte) error {
+	if st.skips(event) {
+		return nil
+	}
 	b := st.format(offset, event)
 	for {
 		st.mu.Lock()

@@ -129,6 +129,13 @@ func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) boo
 	return true
 }
 
+// aborted reports whether an abort of s arrived.
+func (r *registry) aborted(s *slot) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return s.aborted
+}
+
 // abortSlot stops s's turn, now or as soon as it starts.
 func (r *registry) abortSlot(s *slot) {
 	r.mu.Lock()

@@ -38,6 +38,17 @@ func demoProps(opts map[string]any) map[string]any { return map[string]any{"demo
 // the demo agent's events for the same frame, in order, as the client restores them.
 func expectedEvents(tb testing.TB, spec turnSpec) []any {
 	tb.Helper()
+	events := []any{runAccepted}
+	for _, ev := range demoEvents(tb, spec) {
+		events = append(events, asTanstackChunk(ev))
+	}
+	return events
+}
+
+// demoEvents returns the events the demo agent emits for spec's run frame (as the scripts
+// build it), before the gateway's pipeline: chunks are not expanded.
+func demoEvents(tb testing.TB, spec turnSpec) []any {
+	tb.Helper()
 	threadID := spec.ThreadID
 	if threadID == "" {
 		threadID = "thread-1"
@@ -64,13 +75,13 @@ func expectedEvents(tb testing.TB, spec turnSpec) []any {
 	if err != nil {
 		tb.Fatalf("DecodeRunAgentInput(%s): %v", frame, err)
 	}
-	events := []any{runAccepted}
+	var events []any
 	emit := func(ev []byte) error {
 		var v any
 		if err := json.Unmarshal(ev, &v); err != nil {
 			return err
 		}
-		events = append(events, asTanstackChunk(v))
+		events = append(events, v)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -48,9 +48,10 @@ const (
 	TransportWebSocket Transport = "websocket"
 	TransportSSE       Transport = "sse"
 	TransportNDJSON    Transport = "ndjson"
+	TransportAGUI      Transport = "agui"
 )
 
-var transports = []Transport{TransportWebSocket, TransportSSE, TransportNDJSON}
+var transports = []Transport{TransportWebSocket, TransportSSE, TransportNDJSON, TransportAGUI}
 
 // Outcome is the outcome label of ended turns: how the turn's log was terminated.
 type Outcome string

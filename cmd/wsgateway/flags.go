@@ -49,6 +49,7 @@ type serveConfig struct {
 	drainTimeout time.Duration
 	chatPath     string // SSE transport; empty: off
 	ndjsonPath   string // NDJSON transport; empty: off
+	aguiPath     string // AG-UI transport; empty: off
 	logFormat    string
 	logLevel     string
 
@@ -277,6 +278,7 @@ var serveFlags = []serveFlag{
 	{"durable-alt-path", "/streams", "second Durable Streams prefix taking the name as one URL-encoded segment (the TanStack adapter's shape); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.durableAltPath })},
 	{"durable-long-poll", "20s", "how long a Durable Streams long-poll waits for data (then 204), and the interval of SSE keep-alives", durationSetter(func(c *serveConfig) *time.Duration { return &c.durableLongPoll })},
 	{"durable-max-body", "1MiB", "largest Durable Streams PUT or POST body (413 beyond; at most the NATS max payload less 4 KiB)", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.durableMaxBody })},
+	{"agui-path", "/agui", "path of AG-UI's own HTTP transport (@ag-ui/client HttpAgent: server-sent events without the run.accepted marker; as --chat-path otherwise); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.aguiPath })},
 	{"log-format", "auto", "auto (text on a terminal, else json), text (colour on a terminal) or json", func(c *serveConfig, v string) error {
 		switch v {
 		case "auto", "text", "json":
@@ -461,6 +463,9 @@ func parseServe(args []string, getenv func(string) (string, bool), stdout io.Wri
 	if cfg.chatPath != "" && cfg.chatPath == cfg.ndjsonPath {
 		return cfg, fmt.Errorf("%w: --chat-path and --chat-ndjson-path must differ", errUsage)
 	}
+	if cfg.aguiPath != "" && (cfg.aguiPath == cfg.chatPath || cfg.aguiPath == cfg.ndjsonPath) {
+		return cfg, fmt.Errorf("%w: --agui-path must differ from --chat-path and --chat-ndjson-path", errUsage)
+	}
 	if err := checkAgent(&cfg, getenv); err != nil {
 		return cfg, err
 	}
@@ -595,6 +600,7 @@ Usage:
 Endpoints:
   /ws        conversation socket (no offset) or resume socket (?runId=&offset=)
   /api/chat  HTTP transport, server-sent events (--chat-path); /api/chat/ndjson: NDJSON
+  /agui      AG-UI's HTTP transport, for @ag-ui/client's HttpAgent (--agui-path)
   /          chat page
   /metrics   Prometheus metrics
   /healthz   liveness

@@ -41,6 +41,7 @@ func TestParseServeDefaults(t *testing.T) {
 		drainTimeout: 10 * time.Second,
 		chatPath:     "/api/chat",
 		ndjsonPath:   "/api/chat/ndjson",
+		aguiPath:     "/agui",
 		logFormat:    "auto",
 		logLevel:     "info",
 	}
@@ -80,6 +81,8 @@ func TestParseServe(t *testing.T) {
 			}},
 		{"chat paths", []string{"--chat-path", "/v1/chat"}, map[string]string{"WSGATEWAY_CHAT_NDJSON_PATH": ""},
 			func(c serveConfig) bool { return c.chatPath == "/v1/chat" && c.ndjsonPath == "" }},
+		{"agui path", []string{"--agui-path", "/v1/agui"}, nil, func(c serveConfig) bool { return c.aguiPath == "/v1/agui" }},
+		{"agui path off", nil, map[string]string{"WSGATEWAY_AGUI_PATH": ""}, func(c serveConfig) bool { return c.aguiPath == "" }},
 		{"replicas with a cluster", []string{"--nats-url", "nats://a:4222", "--replicas", "3"}, nil,
 			func(c serveConfig) bool { return c.replicas == 3 }},
 		{"every env var", nil, map[string]string{
@@ -132,6 +135,8 @@ func TestParseServeErrors(t *testing.T) {
 		{[]string{"--chat-ndjson-path", "/api/{x}"}, nil, "want a path such as /api/chat"},
 		{[]string{"--chat-path", "/ws"}, nil, "/ws is an endpoint of the gateway already"},
 		{[]string{"--chat-path", "/a", "--chat-ndjson-path", "/a"}, nil, "--chat-path and --chat-ndjson-path must differ"},
+		{[]string{"--agui-path", "/api/chat"}, nil, "--agui-path must differ from --chat-path and --chat-ndjson-path"},
+		{[]string{"--agui-path", "/metrics"}, nil, "/metrics is an endpoint of the gateway already"},
 		{[]string{"--port", "1"}, nil, "flag provided but not defined: -port"},
 		{[]string{"extra"}, nil, `unexpected argument "extra"`},
 	}

@@ -199,10 +199,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", conv)
 	mux.Handle("POST /api/runs/{runId}/abort", conv.AbortHandler())
-	for path, framing := range map[string]conversation.Framing{cfg.chatPath: conversation.SSE, cfg.ndjsonPath: conversation.NDJSON} {
-		if path != "" { // the HTTP transports (PROTOCOL.md section 5)
-			mux.Handle("POST "+path, conv.HTTPHandler(framing))
-			mux.Handle("GET "+path, conv.HTTPHandler(framing))
+	for path, framing := range map[string]conversation.Framing{cfg.chatPath: conversation.SSE, cfg.ndjsonPath: conversation.NDJSON, cfg.aguiPath: conversation.AGUI} {
+		if path != "" { // the HTTP transports (PROTOCOL.md sections 5 and 6)
+			for _, method := range []string{"POST ", "GET ", "DELETE "} {
+				mux.Handle(method+path, conv.HTTPHandler(framing))
+			}
 		}
 	}
 	ds, err := mountDurable(ctx, mux, cfg, store, principalOf(tokens), log)
