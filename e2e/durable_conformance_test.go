@@ -120,7 +120,9 @@ func runConformance(t *testing.T, dir, baseURL string) {
 	defer cancel()
 	report := filepath.Join(t.TempDir(), "report.json")
 	cmd := exec.CommandContext(ctx, "node", "node_modules/vitest/vitest.mjs", "run",
-		"--reporter=json", "--outputFile="+report, "conformance.test.mjs")
+		// vitest's 5 s per test is short for the suite's byte-by-byte checks of 100 KiB
+		// bodies on a busy 2-core machine; 30 s still ends a hung test.
+		"--reporter=json", "--outputFile="+report, "--testTimeout=30000", "conformance.test.mjs")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "DS_BASE_URL="+baseURL,
 		"DS_LONG_POLL_MS="+strconv.FormatInt(conformanceLongPoll.Milliseconds(), 10), "NO_COLOR=1", "CI=1")
