@@ -46,6 +46,11 @@
 //     the run's key. Within a generation they compare as strings in log order. A malformed,
 //     foreign, stale or past-the-end offset is refused with ErrInvalidOffset, never resumed
 //     elsewhere.
+//   - Create writes nothing a run of another principal holds: it creates the lease and the
+//     metadata only where none exists (KV create), and takes an existing run's lease and
+//     metadata only after reading that the run is the caller's. A refused Create leaves the
+//     run's lease, metadata, log and revisions as they were, so the owner's writer keeps
+//     renewing and appending.
 //   - Leases are renewed timestamps (not KV TTLs), so they survive a cluster leader change;
 //     each store renews its writers' leases every LeaseTTL/3. Every store's reaper watches
 //     the lease bucket; every ReapInterval it claims expired leases by compare-and-set (so

@@ -125,10 +125,30 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 			}
 		}
 		// The lease is taken before the metadata names the new generation: a reaper that
-		// claimed the old, expired lease sees the change and backs off.
+		// claimed the old, expired lease sees the change and backs off. Until the metadata
+		// shows the run as this principal's, the lease is only created where none is: a
+		// lease held is a live run, maybe another principal's, and is never overwritten.
 		info.Generation = old.Generation + 1
+		val := mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation})
 		var err error
-		leaseRev, err = s.leases.Put(ctx, key, mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation}))
+		if e == nil {
+			leaseRev, err = s.leases.Create(ctx, key, val)
+			if errors.Is(err, natsjs.ErrKeyExists) {
+				if attempt == 0 {
+					continue // the run exists: the next attempt reads whose it is
+				}
+				// No metadata, yet a lease: a concurrent Create between its lease and its
+				// metadata, or an expired lease whose run is gone.
+				if leaseRev, err = s.takeStrayLease(ctx, key, val); err == nil && leaseRev == 0 {
+					if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
+						return nil, fmt.Errorf("create: %w", err)
+					}
+					continue
+				}
+			}
+		} else {
+			leaseRev, err = s.leases.Put(ctx, key, val)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("create: lease: %w", err)
 		}
@@ -139,6 +159,11 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 			metaRev, err = s.meta.Update(ctx, key, mustJSON(info), e.Revision())
 		}
 		if isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
+			if e == nil {
+				// The lease was created over a run whose metadata exists (a closed run,
+				// whose lease is gone): give it back before reading whose run it is.
+				s.leases.Delete(ctx, key, natsjs.LastRevision(leaseRev))
+			}
 			continue
 		}
 		if err != nil {
@@ -198,6 +223,27 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	s.mu.Unlock()
 	go w.loop()
 	return w, nil
+}
+
+// takeStrayLease takes the run's lease when it expired (its run has no metadata) and returns
+// its new revision, or 0 when the lease is live or changed meanwhile.
+func (s *Store) takeStrayLease(ctx context.Context, key string, val []byte) (uint64, error) {
+	e, err := s.leases.Get(ctx, key)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var l lease
+	if json.Unmarshal(e.Value(), &l) == nil && l.Expires > time.Now().UnixMilli() {
+		return 0, nil
+	}
+	rev, err := s.leases.Update(ctx, key, val, e.Revision())
+	if isWrongLastSeq(err) {
+		return 0, nil
+	}
+	return rev, err
 }
 
 // Info returns the run's metadata as of Create.
