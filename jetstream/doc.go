@@ -55,7 +55,8 @@
 //     each store renews its writers' leases every LeaseTTL/3. Every store's reaper watches
 //     the lease bucket; every ReapInterval it claims expired leases by compare-and-set (so
 //     one reaper wins), then appends a RUN_ERROR with code producer_lost and the close
-//     record, fenced like any append. A resubmit takes the lease before it touches the
+//     record, fenced like any append; a log whose last event is already a terminal
+//     (RUN_FINISHED or RUN_ERROR) gets the close record alone, so no log ends twice. A resubmit takes the lease before it touches the
 //     metadata or the log, and a reaper whose claim was overtaken backs off. Expiry is judged
 //     by the reaper's clock: processes sharing a stream need clocks in step to well under
 //     LeaseTTL.

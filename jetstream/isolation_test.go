@@ -1,11 +1,18 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/protocol"
 )
 
 // TestForeignCreateTouchesNothing has another principal try to create a running run, through
@@ -80,5 +87,115 @@ func TestForeignCreateTouchesNothing(t *testing.T) {
 	}
 	if l, err := a.leases.Get(ctx, runKey("r")); err == nil {
 		t.Fatalf("a refused Create left a lease: %s", l.Value())
+	}
+}
+
+// TestReaperAfterTerminal stops a producer at each step of the end of its turn and checks
+// that the reaper leaves every log with exactly one terminal, then its close, a sequence the
+// AG-UI verifier accepts.
+func TestReaperAfterTerminal(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.LeaseTTL = 900 * time.Millisecond
+	cfg.ReapInterval = 150 * time.Millisecond
+	a := openStore(t, cfg) // runs the embedded server
+	cfg.URLs = a.ClientURL()
+	producer := openStore(t, cfg)
+	ctx := context.Background()
+
+	const (
+		started  = `{"type":"RUN_STARTED","threadId":"t","runId":"%s"}`
+		message  = `{"type":"TEXT_MESSAGE_START","messageId":"m","role":"assistant"}` + "\n" + `{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"hi"}` + "\n" + `{"type":"TEXT_MESSAGE_END","messageId":"m"}`
+		finished = `{"type":"RUN_FINISHED","threadId":"t","runId":"%s"}`
+		failed   = `{"type":"RUN_ERROR","message":"boom","code":"agent_error"}`
+	)
+	tests := []struct {
+		name     string
+		terminal string // the producer's terminal, "" for none
+		// stop is how the producer stops once its events before the terminal are stored.
+		stop     func(t *testing.T, w *Writer, terminal []byte)
+		wantLast string // the type of the log's last event
+	}{
+		{"no terminal", "", func(t *testing.T, w *Writer, _ []byte) {}, "RUN_ERROR"},
+		{"finished, no close", finished, func(t *testing.T, w *Writer, term []byte) {
+			mustAppend(t, w, [][]byte{term})
+		}, "RUN_FINISHED"},
+		{"error, no close", failed, func(t *testing.T, w *Writer, term []byte) {
+			mustAppend(t, w, [][]byte{term})
+		}, "RUN_ERROR"},
+		{"after close record", finished, func(t *testing.T, w *Writer, term []byte) {
+			mustAppend(t, w, [][]byte{term})
+			// The close record is stored; the producer dies before the metadata says so.
+			if _, err := w.publish(ctx, nil, ctlClose); err != nil {
+				t.Fatal(err)
+			}
+		}, "RUN_FINISHED"},
+		{"terminal stored, its acknowledgement lost", finished, func(t *testing.T, w *Writer, term []byte) {
+			// The producer's publish of the terminal is stored, and it dies before the
+			// acknowledgement reaches it.
+			w.batches++
+			id := w.msgIDPre + "x" + strconv.FormatUint(w.batches, 10)
+			if _, err := w.s.publishAfter(ctx, w.acks, w.subject, w.info.Generation, w.lastSeq, id, encodeBatch(nil, [][]byte{term}), ""); err != nil {
+				t.Fatal(err)
+			}
+		}, "RUN_FINISHED"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			run := strings.ReplaceAll(tt.name, " ", "-")
+			run = strings.ReplaceAll(run, ",", "")
+			w, err := producer.Create(ctx, "alice", run, "t")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var events [][]byte
+			events = append(events, fmt.Appendf(nil, started, run))
+			for _, l := range strings.Split(message, "\n") {
+				events = append(events, []byte(l))
+			}
+			mustAppend(t, w, events)
+			var term []byte
+			if tt.terminal != "" {
+				term = []byte(strings.ReplaceAll(tt.terminal, "%s", run))
+			}
+			tt.stop(t, w, term)
+			w.noRenew.Store(true) // the producer is gone: it neither renews nor closes
+			r, err := a.Read(ctx, "alice", run, FromStart)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ndjson bytes.Buffer
+			terminals := 0
+			var last string
+			for _, e := range readAll(t, r) {
+				var ev struct {
+					Type string `json:"type"`
+				}
+				json.Unmarshal(e.Event, &ev)
+				if ev.Type == "RUN_FINISHED" || ev.Type == "RUN_ERROR" {
+					terminals++
+				}
+				last = ev.Type
+				ndjson.Write(e.Event)
+				ndjson.WriteByte('\n')
+			}
+			if terminals != 1 || last != tt.wantLast {
+				t.Fatalf("log = %s; want one terminal, %s, last", ndjson.String(), tt.wantLast)
+			}
+			if err := protocol.VerifyStream(&ndjson, io.Discard, protocol.PipelineOptions{}); err != nil {
+				t.Fatalf("VerifyStream(log) = %v", err)
+			}
+			deadline := time.Now().Add(10 * time.Second)
+			for {
+				info, err := a.Run(ctx, "alice", run)
+				if err == nil && info.State == RunClosed {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("Run = %+v, %v; want closed", info, err)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			w.Close(ctx)
+		})
 	}
 }
