@@ -199,3 +199,50 @@ func TestReaperAfterTerminal(t *testing.T) {
 		})
 	}
 }
+
+// TestCloseTimeoutReleasesLease: a Close whose context expires while appends are still
+// pending leaves the log open, and stops renewing the lease, so that a reaper closes the log.
+func TestCloseTimeoutReleasesLease(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.LeaseTTL = 900 * time.Millisecond
+	cfg.ReapInterval = 150 * time.Millisecond
+	a := openStore(t, cfg) // the producer's store, runs the embedded server
+	cfg.URLs = a.ClientURL()
+	b := openStore(t, cfg) // another process's store, whose reaper closes the log
+	ctx := context.Background()
+	w, err := a.Create(ctx, "alice", "close-timeout", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 400
+	stored := make(chan error, n)
+	big := bytes.Repeat([]byte("x"), 32<<10)
+	for range n {
+		w.Append(fmt.Appendf(nil, `{"type":"CUSTOM","name":"pad","value":"%s"}`, big), func(_ string, err error) { stored <- err })
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := w.Close(cctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Close with pending appends and an expired context = %v, want context.Canceled", err)
+	}
+	for range n {
+		if err := <-stored; err != nil {
+			t.Fatalf("a pending append after Close: %v", err)
+		}
+	}
+	deadline := time.Now().Add(4*cfg.LeaseTTL + 5*time.Second)
+	for {
+		info, err := b.Run(ctx, "alice", "close-timeout")
+		if err == nil && info.State == RunClosed && info.Reaped {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Run = %+v, %v: the log of a writer whose Close timed out was not reaped", info, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	entries, closed, err := b.Snapshot(ctx, "alice", "close-timeout")
+	if err != nil || !closed || len(entries) != n+1 || string(entries[n].Event) != string(producerLost) {
+		t.Fatalf("Snapshot = %d entries, closed %v, %v; want %d events, producer_lost, closed", len(entries), closed, err, n)
+	}
+}

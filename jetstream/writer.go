@@ -468,7 +468,7 @@ func retryable(err error) bool {
 // writes nothing: the lease is no longer renewed, so a reaper ends the log with
 // producer_lost (unless the writer was fenced, and the log is already someone else's). If
 // ctx ends first, the pending appends still drain in the background and the log is left
-// open, for the reaper too.
+// open for the reaper: the lease is no longer renewed.
 func (w *Writer) Close(ctx context.Context) error {
 	w.mu.Lock()
 	if w.closed {
@@ -494,7 +494,17 @@ func (w *Writer) finish(ctx context.Context) error {
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		// The loop keeps draining in the background; the store's Close stops it.
+		// The loop keeps draining in the background (the store's Close stops it) and hands
+		// the inbox back when it returns. The lease is no longer renewed: a reaper closes
+		// the log.
+		w.mu.Lock()
+		w.released = true
+		w.mu.Unlock()
+		w.s.forget(w)
+		go func() {
+			<-w.done
+			w.acks.release()
+		}()
 		return fmt.Errorf("close %s: %w", w.info.RunID, ctx.Err())
 	}
 	defer w.s.forget(w)
