@@ -45,6 +45,10 @@ func (r reader) Next(ctx context.Context) (string, []byte, error) {
 
 func (r reader) Close() error { return r.r.Close() }
 
+// After returns the offset the reader reads after, "now" resolved (conversation's replay
+// reopens a failed reader there).
+func (r reader) After() string { return r.r.After() }
+
 func translate(err error) error {
 	switch {
 	case errors.Is(err, jetstream.ErrForbidden):

@@ -1,0 +1,75 @@
+package conversation_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/wsgateway/wsgateway/conversation"
+)
+
+// firstNowFails is a Store whose first "now" reader fails after a while, having sent nothing,
+// as a reader whose consumer broke during an outage does.
+type firstNowFails struct {
+	conversation.Store
+	failed atomic.Bool
+}
+
+func (f *firstNowFails) Read(ctx context.Context, principal, runID, after string) (conversation.Reader, error) {
+	r, err := f.Store.Read(ctx, principal, runID, after)
+	if err != nil || after != "now" || !f.failed.CompareAndSwap(false, true) {
+		return r, err
+	}
+	return &failingReader{Reader: r}, nil
+}
+
+// failingReader fails its first Next after a second.
+type failingReader struct{ conversation.Reader }
+
+func (r *failingReader) Next(ctx context.Context) (string, []byte, error) {
+	select {
+	case <-time.After(time.Second):
+	case <-ctx.Done():
+		return "", nil, ctx.Err()
+	}
+	return "", nil, errors.New("next: nats: consumer deleted")
+}
+
+func (r *failingReader) After() string {
+	if a, ok := r.Reader.(interface{ After() string }); ok {
+		return a.After()
+	}
+	return "now"
+}
+
+// TestResumeNowReopensWhereItStarted: a "now" resume whose reader fails before sending
+// anything is reopened where it first opened, so the events stored meanwhile are not lost.
+func TestResumeNowReopensWhereItStarted(t *testing.T) {
+	var fs firstNowFails
+	e := newEnv(t, envOptions{wrap: func(s conversation.Store) conversation.Store {
+		fs.Store = s
+		return &fs
+	}})
+	cl := dial(t, e.url(), "")
+	cl.send(runFrame("gap", script{Tokens: 150, IntervalMs: 20}))
+	const seen = 5
+	cl.untilN(t, seen)
+	got, end := dial(t, e.url("runId", "gap", "offset", "now"), "").untilClose()
+	live := cl.untilTerminal()
+	if end.code != websocket.StatusNormalClosure {
+		t.Fatalf("resume closed %v, want 1000", end.err)
+	}
+	if len(got) > len(live) || strings.Join(raws(got), "\n") != strings.Join(raws(live[len(live)-len(got):]), "\n") {
+		t.Fatalf("resume from now = %s, want a suffix of the live stream %s", summary(got), summary(live))
+	}
+	// The resume opened right after the socket got its 5th frame; its reader then failed a
+	// second later (some 50 events), and the reopened one must start where it started.
+	if missed := len(live) - len(got); missed > seen+15 {
+		t.Errorf("resume from now missed the first %d of %d events: a gap after its reader failed", missed, len(live))
+	}
+}
