@@ -37,7 +37,9 @@
 // nothing more is delivered live.
 //
 // The Turn owns two goroutines, its driver and the agent's; Done is closed when both have
-// returned and the log is closed. Agents must return soon after their context is cancelled.
+// returned and the log is closed. Agents must return soon after their context is cancelled:
+// one that has not returned Config.AgentStopTimeout after it is left running, refused every
+// emit, and the turn ends without it (Done does not wait for it).
 package turn
 
 import (
@@ -106,6 +108,10 @@ const (
 // DefaultCloseTimeout bounds the final flush and close of the log.
 const DefaultCloseTimeout = 10 * time.Second
 
+// DefaultAgentStopTimeout bounds the wait for an agent to return once its context is
+// cancelled (an abort, a shutdown, a limit, a log failure).
+const DefaultAgentStopTimeout = 5 * time.Second
+
 // Defaults of Limits' zero fields.
 const (
 	DefaultMaxEvents     = 100_000
@@ -157,7 +163,11 @@ type Config struct {
 	Logger       *slog.Logger     // nil: discard
 	Metrics      *metrics.Metrics // nil: none
 	CloseTimeout time.Duration    // bound on the final flush and close; default 10s
-	Limits       Limits           // zero fields: the defaults
+	// AgentStopTimeout bounds the wait for the agent to return once cancelled; default 5s.
+	// An agent still running then is left behind (its emits are refused) and the turn ends
+	// with the code of its stop.
+	AgentStopTimeout time.Duration
+	Limits           Limits // zero fields: the defaults
 	// Context carries values for the agent (e.g. the client's handshake headers,
 	// agent.WithClientHeader); its cancellation is ignored. nil: none.
 	Context context.Context
@@ -226,6 +236,9 @@ func Start(cfg Config) (*Turn, error) {
 	}
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = DefaultCloseTimeout
+	}
+	if cfg.AgentStopTimeout <= 0 {
+		cfg.AgentStopTimeout = DefaultAgentStopTimeout
 	}
 	t := &Turn{
 		cfg:    cfg,
@@ -415,6 +428,7 @@ func (t *Turn) drive() {
 const (
 	keyError   = "error"
 	keyOutcome = "outcome"
+	keyWaited  = "waited"
 )
 
 // runAgent appends the marker, runs the agent until its stream ends or the turn is stopped,
@@ -448,12 +462,20 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 
 	agentDone := make(chan error, 1)
 	go func() { agentDone <- t.cfg.Agent.Run(ctx, t.cfg.Input, t.emit) }()
-	// The agent's goroutine is joined before the driver appends the terminal, so no event of
-	// the agent can follow it.
+	// The agent's goroutine is joined before the driver appends the terminal, or, if it
+	// ignores its context for AgentStopTimeout, left behind: emit refuses its events from
+	// stopEmits on, so none can follow the terminal either way.
 	stopAgent := func() error {
 		violation := t.stopEmits()
 		cancel()
-		<-agentDone
+		wait := time.NewTimer(t.cfg.AgentStopTimeout)
+		defer wait.Stop()
+		select {
+		case <-agentDone:
+		case <-wait.C:
+			t.log.Warn("agent ignored its cancellation: the turn ends without it",
+				slog.Duration(keyWaited, t.cfg.AgentStopTimeout))
+		}
 		return violation
 	}
 	// A silent agent (a hung upstream) would hold the turn forever: the idle timer ends the
