@@ -40,6 +40,11 @@
 //     window).
 //   - Stored callbacks run exactly once per event, in append order; after a failure every
 //     later append fails.
+//   - What waits to be stored is bounded: Append never blocks, but Writer.WaitRoom, which a
+//     producer calls before each Append, waits while the writer's backlog (the bytes of
+//     events appended and not yet stored, plus a fixed cost per event) is at
+//     Config.MaxRunBacklog, or the store's at Config.MaxBacklog while the writer's own is
+//     not empty. A writer never waits on another writer's backlog alone.
 //   - Offsets are "<gen>-<seq>-<idx>-<tag>" in fixed-width lower-case hex: the run's
 //     generation, the batch message's stream sequence, the event's index in the batch, and a
 //     tag hashed from the stream's epoch (a random value kept in the stream's metadata) and

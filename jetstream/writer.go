@@ -67,6 +67,7 @@ type Writer struct {
 
 	mu       sync.Mutex
 	queue    []pending
+	backlog  int64 // bytes appended and not yet stored or failed (Config.MaxRunBacklog)
 	closing  bool
 	err      error  // sticky: every later append fails with it
 	leaseRev uint64 // revision of our lease entry
@@ -269,11 +270,63 @@ func (w *Writer) Append(event []byte, stored func(offset string, err error)) {
 		p.at = time.Now()
 	}
 	w.queue = append(w.queue, p)
+	n := int64(len(event) + backlogOverhead)
+	w.backlog += n
+	w.s.backlog.Add(n)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+// WaitRoom waits while the writer's backlog (what it was given and has not stored yet) is at
+// Config.MaxRunBacklog, or the store's is at Config.MaxBacklog and the writer's is not empty:
+// how a producer is pushed back while JetStream is slow or away. It returns ctx's error if
+// ctx ends first, and nil at once once the writer failed or is closing (Append then fails).
+// It never waits on another writer's backlog alone.
+func (w *Writer) WaitRoom(ctx context.Context) error {
+	waiting := false
+	defer func() {
+		if waiting {
+			w.s.waiting.Add(-1)
+		}
+	}()
+	for {
+		var room <-chan struct{}
+		if waiting {
+			room = w.s.roomChan()
+		}
+		w.mu.Lock()
+		own, done := w.backlog, w.closing || w.err != nil
+		w.mu.Unlock()
+		if done || own == 0 || own < w.s.cfg.MaxRunBacklog && w.s.backlog.Load() < w.s.cfg.MaxBacklog {
+			return nil
+		}
+		if !waiting {
+			// Registered before the channel is taken and the backlogs read again, so that
+			// a shrink in between closes the channel.
+			waiting = true
+			w.s.waiting.Add(1)
+			continue
+		}
+		select {
+		case <-room:
+		case <-w.lost:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// settled removes n events of size bytes from the backlogs, once stored or failed.
+func (w *Writer) settled(size int64) {
+	w.mu.Lock()
+	w.backlog -= size
+	w.mu.Unlock()
+	w.s.backlog.Add(-size)
+	w.s.shrunk()
 }
 
 // Lost is closed when the writer lost its lease or was fenced out (the reaper closed the log,
@@ -333,7 +386,12 @@ func (w *Writer) loop() {
 			failed = ErrEventTooLarge
 			w.fail(failed)
 		}
+		var cost int64
+		for _, p := range batch {
+			cost += int64(len(p.event) + backlogOverhead)
+		}
 		if failed != nil {
+			w.settled(cost)
 			for _, p := range batch {
 				p.stored("", fmt.Errorf("append: %w", failed))
 			}
@@ -345,6 +403,7 @@ func (w *Writer) loop() {
 		}
 		body = encodeBatch(body[:0], events)
 		seq, err := w.publish(w.s.ctx, body, "")
+		w.settled(cost)
 		if err != nil {
 			w.fail(err)
 			for _, p := range batch {

@@ -33,6 +33,8 @@
 // Limits.IdleTimeout is cancelled, and the turn ends the same way.
 //
 // A Turn never blocks on its sink: Sink.Deliver must not block, and the log is the buffer.
+// When the log bounds what waits to be stored (a WaitRoom method, as *jetstream.Writer has),
+// emit waits while the run's backlog is full, until the agent's context ends.
 // The socket going away does not stop the turn; Detach only stops live delivery. After Abort
 // nothing more is delivered live.
 //
@@ -65,6 +67,13 @@ type Log interface {
 	Close(ctx context.Context) error
 	// Lost is closed when the writer lost its lease (its appends are refused).
 	Lost() <-chan struct{}
+}
+
+// roomWaiter is a Log that bounds what waits to be stored, as *jetstream.Writer does: emit
+// calls WaitRoom before each agent event, so a producer faster than the log waits (until its
+// context ends) instead of filling memory.
+type roomWaiter interface {
+	WaitRoom(ctx context.Context) error
 }
 
 // Agent produces the AG-UI events of a turn.
@@ -202,6 +211,9 @@ type Turn struct {
 	lastEmit atomic.Int64
 	born     time.Time
 	done     chan struct{}
+	// agentCtx is the agent's context, set before the agent starts: it ends an emit waiting
+	// for room in the log.
+	agentCtx context.Context
 
 	sinkMu sync.Mutex
 	sink   Sink
@@ -346,6 +358,13 @@ func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<-
 
 // emit is the agent's emit function.
 func (t *Turn) emit(data []byte) error {
+	if rw, ok := t.cfg.Log.(roomWaiter); ok {
+		// Waiting for the log is not the agent's silence: the idle timer counts from here.
+		t.lastEmit.Store(int64(time.Since(t.born)))
+		if err := rw.WaitRoom(t.agentCtx); err != nil {
+			return fmt.Errorf("%w: %w", ErrStopped, err)
+		}
+	}
 	emitted := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -461,6 +480,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 	}
 
 	agentDone := make(chan error, 1)
+	t.agentCtx = ctx
 	go func() { agentDone <- t.cfg.Agent.Run(ctx, t.cfg.Input, t.emit) }()
 	// The agent's goroutine is joined before the driver appends the terminal, or, if it
 	// ignores its context for AgentStopTimeout, left behind: emit refuses its events from

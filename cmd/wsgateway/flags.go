@@ -70,6 +70,8 @@ type serveConfig struct {
 	maxRunEvents     int
 	maxRunBytes      int64
 	maxEventBytes    int64
+	maxRunBacklog    int64
+	maxBacklog       int64
 	agentIdleTimeout time.Duration
 	queueFrames      int
 	queueBytes       int64
@@ -235,6 +237,8 @@ var serveFlags = []serveFlag{
 	{"max-run-events", "100000", "events the agent may store in one run; then the turn ends with RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxRunEvents })},
 	{"max-run-bytes", "64MiB", "bytes of events the agent may store in one run (RUN_ERROR limit_exceeded)", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.maxRunBytes })},
 	{"max-event-bytes", "1MiB", "largest event the agent may emit (RUN_ERROR limit_exceeded)", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.maxEventBytes })},
+	{"max-run-backlog", "8MiB", "bytes of one run's events waiting to be stored (JetStream slow or away); beyond, the agent waits", sizeSetter(64<<10, func(c *serveConfig) *int64 { return &c.maxRunBacklog })},
+	{"max-backlog", "256MiB", "bytes of every run's events waiting to be stored; beyond, each agent with events waiting waits", sizeSetter(1<<20, func(c *serveConfig) *int64 { return &c.maxBacklog })},
 	{"socket-queue-frames", strconv.Itoa(conversation.DefaultQueueSize), "outbound frames queued per socket; a client too slow for them is closed 1013 and resumes from the log", positiveInt(func(c *serveConfig) *int { return &c.queueFrames })},
 	{"socket-queue-bytes", "4MiB", "outbound bytes queued per socket (closed 1013 beyond, as for --socket-queue-frames)", sizeSetter(64<<10, func(c *serveConfig) *int64 { return &c.queueBytes })},
 	{"early-aborts", strconv.Itoa(conversation.DefaultEarlyAborts), "aborts remembered per socket for run frames not yet arrived (the oldest is forgotten beyond)", positiveInt(func(c *serveConfig) *int { return &c.earlyAborts })},

@@ -128,7 +128,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		Retention: cfg.retention,
 		LeaseTTL:  cfg.leaseTTL,
 		Logger:    log,
-		Metrics:   &jetstream.Metrics{RunReaped: m.RunReaped},
+		// The bounds of what waits to be stored (README "Security").
+		MaxRunBacklog: cfg.maxRunBacklog,
+		MaxBacklog:    cfg.maxBacklog,
+		Metrics:       &jetstream.Metrics{RunReaped: m.RunReaped},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
