@@ -7,11 +7,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	nats "github.com/nats-io/nats.go"
+
+	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -244,5 +250,61 @@ func TestCloseTimeoutReleasesLease(t *testing.T) {
 	entries, closed, err := b.Snapshot(ctx, "alice", "close-timeout")
 	if err != nil || !closed || len(entries) != n+1 || string(entries[n].Event) != string(producerLost) {
 		t.Fatalf("Snapshot = %d entries, closed %v, %v; want %d events, producer_lost, closed", len(entries), closed, err, n)
+	}
+}
+
+// TestAcksLateAnswersBurst: the answers of many attempts given up on arrive in one burst with
+// the current attempt's, as after a reconnection, when nats.go sends every buffered request at
+// once: the current answer is not lost to a full channel, and the publish succeeds.
+func TestAcksLateAnswersBurst(t *testing.T) {
+	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
+	var down atomic.Bool
+	px := tcpproxy.Start(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), func([]byte) bool { return down.Load() })
+	cfg := testConfig(t)
+	cfg.URLs = "nats://" + px.Addr()
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	a, err := s.newAcks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.release()
+	subject := s.cfg.SubjectPrefix + ".late"
+	msg := func() *nats.Msg {
+		m := nats.NewMsg(subject)
+		m.Data = []byte("x")
+		return m
+	}
+	// One processor: the connection's reader hands out a whole burst before the publisher
+	// runs again, as a busy machine does.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	down.Store(true)
+	px.Cut()
+	for s.nc.Status() == nats.CONNECTED {
+		time.Sleep(time.Millisecond)
+	}
+	// While the connection is down, attempts are buffered, and given up on.
+	for range 20 {
+		if _, err := a.publish(ctx, msg(), 0); err != nil && !errors.Is(err, nats.ErrTimeout) {
+			t.Fatal(err)
+		}
+	}
+	type answer struct {
+		seq uint64
+		err error
+	}
+	done := make(chan answer, 1)
+	go func() {
+		seq, err := a.publish(ctx, msg(), 10*time.Second)
+		done <- answer{seq, err}
+	}()
+	time.Sleep(100 * time.Millisecond) // the last attempt is buffered too
+	down.Store(false)
+	got := <-done
+	if got.err != nil {
+		t.Fatalf("publish after 20 attempts given up on = %v: its answer was dropped", got.err)
+	}
+	if last, err := s.stream.GetLastMsgForSubject(ctx, subject); err != nil || last.Sequence != got.seq {
+		t.Fatalf("acknowledged sequence %d, last stored %v (%v)", got.seq, last, err)
 	}
 }
