@@ -47,10 +47,13 @@ type serveConfig struct {
 	leaseTTL     time.Duration
 	retention    time.Duration
 	drainTimeout time.Duration
-	chatPath     string // SSE transport; empty: off
-	ndjsonPath   string // NDJSON transport; empty: off
-	logFormat    string
-	logLevel     string
+	// shutdownTimeout bounds the stop after the drain: the turns' terminals and log closes,
+	// the sockets' last frames and the store's close.
+	shutdownTimeout time.Duration
+	chatPath        string // SSE transport; empty: off
+	ndjsonPath      string // NDJSON transport; empty: off
+	logFormat       string
+	logLevel        string
 
 	// Security (README "Security").
 	auth             string // authNone or authJWT
@@ -201,6 +204,7 @@ var serveFlags = []serveFlag{
 	{"lease-ttl", "15s", "producer lease; a run whose gateway died is ended (RUN_ERROR producer_lost) after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
 	{"drain-timeout", "10s", "on SIGTERM/SIGINT, how long running turns may finish before they are aborted", durationSetter(func(c *serveConfig) *time.Duration { return &c.drainTimeout })},
+	{"shutdown-timeout", "15s", "after --drain-timeout, how long the stopped turns may take to store their terminal and close their logs before the gateway exits anyway (their leases released: a reaper closes those logs)", durationSetter(func(c *serveConfig) *time.Duration { return &c.shutdownTimeout })},
 	{"auth", authNone, "authentication of /ws: none (development: every client is one principal) or jwt (a JSON Web Token; see --jwt-*)", func(c *serveConfig, v string) error {
 		if v != authNone && v != authJWT {
 			return fmt.Errorf("want %s or %s", authNone, authJWT)
