@@ -25,10 +25,14 @@ var outageFull = flag.Bool("outage-full", false, "run TestBacklogDuringOutage at
 // (--max-run-backlog, --max-backlog): the agents wait instead of buffering. Once NATS is back
 // every turn completes, its client receiving every event once and in order.
 //
-// The CI version runs 24 turns through a 4s outage with small bounds; -outage-full runs 200
+// The CI version runs 24 turns through a 4s outage with small bounds (4 MiB in all, where
+// the turns would otherwise buffer some 250 MiB); -outage-full runs 200
 // turns through 20s with the defaults, and prints the peak RSS the README quotes.
 func TestBacklogDuringOutage(t *testing.T) {
 	turns, tokens, outage := 24, 40000, 4*time.Second
+	if raceEnabled {
+		tokens = 20000 // the same bounds engaged, in half the time
+	}
 	bounds := []string{"--max-run-backlog", "256KiB", "--max-backlog", "4MiB"}
 	if *outageFull {
 		turns, tokens, outage = 200, 50000, 20*time.Second
