@@ -9,12 +9,14 @@
 //     Store.Close releases this process's leases and stops what Open started.
 //   - Store.Create(ctx, principal, runID, threadID) starts a run's log (or a new generation of
 //     it, on a resubmit by the same principal) and returns its Writer. Writer.Append queues
-//     one event and reports its offset through a callback once stored; Writer.Close writes the
-//     close record; Writer.Lost fires when the writer was fenced out or lost its lease.
+//     one event and reports its offset through a callback once stored; Writer.WaitRoom waits
+//     while too much waits to be stored (Config.MaxRunBacklog, Config.MaxBacklog);
+//     Writer.Close writes the close record; Writer.Lost fires when the writer was fenced out
+//     or lost its lease.
 //   - Store.Read(ctx, principal, runID, after) returns a Reader of the events strictly after
 //     an offset (or FromStart, FromNow); Reader.Next blocks while the log is open and returns
-//     io.EOF after the close. Store.Snapshot returns what is stored now. Store.Run returns the
-//     run's metadata.
+//     io.EOF after the close; Reader.After is the offset it reads after, FromNow resolved.
+//     Store.Snapshot returns what is stored now. Store.Run returns the run's metadata.
 //
 // # Layout on JetStream
 //
