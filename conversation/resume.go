@@ -79,8 +79,9 @@ func validOffset(s string) bool {
 
 // Attempts of a replay to open (or reopen) the log after a failure that is neither a bad
 // offset nor an unknown run: JetStream API calls time out under load, and a reader can be
-// reopened after the last offset sent without a gap or a duplicate. (A "now" resume that
-// failed before sending anything reopens at the then current tail.)
+// reopened after the last offset sent without a gap or a duplicate; a "now" resume that
+// failed before sending anything reopens where it first opened, when the Reader tells it
+// (an After method).
 const (
 	replayAttempts = 4
 	replayBackoff  = 100 * time.Millisecond
@@ -139,6 +140,11 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 		default:
 			log.Info("resume: opening the log", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 			continue
+		}
+		if after == offset {
+			// A "now" resolved: a reader failing before it sent anything is reopened
+			// where this one started, not at a later tail.
+			after = r.After()
 		}
 		if opened != nil {
 			opened()

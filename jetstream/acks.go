@@ -25,8 +25,16 @@ type acks struct {
 	ch    chan *nats.Msg // a few answers of attempts given up on fit before the current one
 	sub   *nats.Subscription
 	n     uint64 // attempts sent: attempt k is answered on inbox.k
+	// late counts the attempts given up on whose answer has not been read: answers that may
+	// still come. nats.go drops what a full channel cannot take, so there are never more of
+	// them than leave room for the current attempt's answer: past that, publish moves to a
+	// new inbox, and late answers go to the old one, unsubscribed.
+	late  int
 	timer *time.Timer
 }
+
+// acksBuffer is the capacity of an inbox's channel.
+const acksBuffer = 8
 
 // pubAck is JetStream's answer to a publish.
 type pubAck struct {
@@ -50,19 +58,46 @@ func (s *Store) newAcks() (*acks, error) {
 		return a, nil
 	}
 	s.mu.Unlock()
-	a := &acks{s: s, nc: s.nc, inbox: s.nc.NewInbox(), ch: make(chan *nats.Msg, 8)}
-	sub, err := s.nc.ChanSubscribe(a.inbox+".*", a.ch)
-	if err != nil {
-		return nil, fmt.Errorf("acknowledgement inbox: %w", err)
+	a := &acks{s: s, nc: s.nc}
+	if err := a.subscribe(); err != nil {
+		return nil, err
 	}
-	a.sub = sub
 	return a, nil
+}
+
+// subscribe moves a to a new inbox, with a new channel, and unsubscribes the old one.
+func (a *acks) subscribe() error {
+	inbox, ch := a.nc.NewInbox(), make(chan *nats.Msg, acksBuffer)
+	sub, err := a.nc.ChanSubscribe(inbox+".*", ch)
+	if err != nil {
+		return fmt.Errorf("acknowledgement inbox: %w", err)
+	}
+	if a.sub != nil {
+		a.sub.Unsubscribe()
+	}
+	a.inbox, a.ch, a.sub, a.late = inbox, ch, sub, 0
+	return nil
 }
 
 // publish sends msg and waits up to timeout for its acknowledgement, returning the stored
 // sequence. Errors are JetStream's refusals (*natsjs.APIError), nats.ErrNoResponders,
 // nats.ErrTimeout, the connection's publish errors or ctx's.
 func (a *acks) publish(ctx context.Context, msg *nats.Msg, timeout time.Duration) (uint64, error) {
+	// The late answers already in are read; if more may still come than the channel has
+	// room for besides this attempt's answer, this attempt goes to a new inbox.
+	for drained := false; !drained; {
+		select {
+		case <-a.ch:
+			a.late = max(a.late-1, 0)
+		default:
+			drained = true
+		}
+	}
+	if a.late >= acksBuffer-1 {
+		if err := a.subscribe(); err != nil {
+			return 0, err
+		}
+	}
 	a.n++
 	msg.Reply = a.inbox + "." + strconv.FormatUint(a.n, 10)
 	if err := a.nc.PublishMsg(msg); err != nil {
@@ -78,6 +113,7 @@ func (a *acks) publish(ctx context.Context, msg *nats.Msg, timeout time.Duration
 		select {
 		case m := <-a.ch:
 			if m.Subject != msg.Reply {
+				a.late = max(a.late-1, 0)
 				continue // the late answer of an attempt given up on
 			}
 			if len(m.Data) == 0 && m.Header.Get("Status") == "503" {
@@ -95,8 +131,10 @@ func (a *acks) publish(ctx context.Context, msg *nats.Msg, timeout time.Duration
 			}
 			return ack.Sequence, nil
 		case <-a.timer.C:
+			a.late++
 			return 0, nats.ErrTimeout
 		case <-ctx.Done():
+			a.late++
 			return 0, ctx.Err()
 		}
 	}

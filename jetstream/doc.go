@@ -9,12 +9,14 @@
 //     Store.Close releases this process's leases and stops what Open started.
 //   - Store.Create(ctx, principal, runID, threadID) starts a run's log (or a new generation of
 //     it, on a resubmit by the same principal) and returns its Writer. Writer.Append queues
-//     one event and reports its offset through a callback once stored; Writer.Close writes the
-//     close record; Writer.Lost fires when the writer was fenced out or lost its lease.
+//     one event and reports its offset through a callback once stored; Writer.WaitRoom waits
+//     while too much waits to be stored (Config.MaxRunBacklog, Config.MaxBacklog);
+//     Writer.Close writes the close record; Writer.Lost fires when the writer was fenced out
+//     or lost its lease.
 //   - Store.Read(ctx, principal, runID, after) returns a Reader of the events strictly after
 //     an offset (or FromStart, FromNow); Reader.Next blocks while the log is open and returns
-//     io.EOF after the close. Store.Snapshot returns what is stored now. Store.Run returns the
-//     run's metadata.
+//     io.EOF after the close; Reader.After is the offset it reads after, FromNow resolved.
+//     Store.Snapshot returns what is stored now. Store.Run returns the run's metadata.
 //
 // # Layout on JetStream
 //
@@ -40,17 +42,28 @@
 //     window).
 //   - Stored callbacks run exactly once per event, in append order; after a failure every
 //     later append fails.
+//   - What waits to be stored is bounded: Append never blocks, but Writer.WaitRoom, which a
+//     producer calls before each Append, waits while the writer's backlog (the bytes of
+//     events appended and not yet stored, plus a fixed cost per event) is at
+//     Config.MaxRunBacklog, or the store's at Config.MaxBacklog while the writer's own is
+//     not empty. A writer never waits on another writer's backlog alone.
 //   - Offsets are "<gen>-<seq>-<idx>-<tag>" in fixed-width lower-case hex: the run's
 //     generation, the batch message's stream sequence, the event's index in the batch, and a
 //     tag hashed from the stream's epoch (a random value kept in the stream's metadata) and
 //     the run's key. Within a generation they compare as strings in log order. A malformed,
 //     foreign, stale or past-the-end offset is refused with ErrInvalidOffset, never resumed
 //     elsewhere.
+//   - Create writes nothing a run of another principal holds: it creates the lease and the
+//     metadata only where none exists (KV create), and takes an existing run's lease and
+//     metadata only after reading that the run is the caller's. A refused Create leaves the
+//     run's lease, metadata, log and revisions as they were, so the owner's writer keeps
+//     renewing and appending.
 //   - Leases are renewed timestamps (not KV TTLs), so they survive a cluster leader change;
 //     each store renews its writers' leases every LeaseTTL/3. Every store's reaper watches
 //     the lease bucket; every ReapInterval it claims expired leases by compare-and-set (so
 //     one reaper wins), then appends a RUN_ERROR with code producer_lost and the close
-//     record, fenced like any append. A resubmit takes the lease before it touches the
+//     record, fenced like any append; a log whose last event is already a terminal
+//     (RUN_FINISHED or RUN_ERROR) gets the close record alone, so no log ends twice. A resubmit takes the lease before it touches the
 //     metadata or the log, and a reaper whose claim was overtaken backs off. Expiry is judged
 //     by the reaper's clock: processes sharing a stream need clocks in step to well under
 //     LeaseTTL.

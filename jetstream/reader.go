@@ -47,6 +47,8 @@ type Reader struct {
 	stopAt  uint64 // when non-zero: EOF after the message of this sequence (Snapshot)
 	// sawClose says the close record was read.
 	sawClose bool
+	// after is the offset the reader reads after, FromNow resolved (see After).
+	after string
 
 	// ctx is canceled by Close and by the store's Close: it aborts the consumer's creation.
 	ctx    context.Context
@@ -156,7 +158,7 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 	case last == nil && info.State == RunClosed:
 		return nil, ErrUnknownRun // aged out
 	}
-	r := &Reader{s: s, subject: subject, tag: tag, gen: info.Generation}
+	r := &Reader{s: s, subject: subject, tag: tag, gen: info.Generation, after: after}
 	if snapshot {
 		if last == nil {
 			r.eof = true
@@ -174,6 +176,14 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 				return r, nil
 			}
 			start = last.Sequence + 1
+			r.after = FromStart // the log holds no event yet
+			if last.Header.Get(hdrCtl) == "" {
+				if events, err := decodeBatch(last.Data); err == nil && len(events) > 0 {
+					r.after = position{gen: info.Generation, seq: last.Sequence, idx: len(events) - 1, tag: tag}.String()
+				}
+			}
+		} else {
+			r.after = FromStart
 		}
 	default:
 		if pos.tag != tag || pos.gen != info.Generation {
@@ -322,6 +332,11 @@ func (r *Reader) queue(seq uint64, events [][]byte, first int) {
 		})
 	}
 }
+
+// After returns the offset the reader reads strictly after: the one Read was given, or for
+// FromNow the offset of the last event stored when it opened (FromStart when there was none).
+// A reader that failed before it returned anything is reopened after it, without a gap.
+func (r *Reader) After() string { return r.after }
 
 // Next returns the next stored entry, blocking while the log is open and idle. It returns
 // io.EOF once the log is closed and every entry before the close was returned, and

@@ -146,7 +146,9 @@ func (s *Store) jsSettled(ctx context.Context) bool {
 }
 
 // reapRun appends the producer_lost terminal and the close record to the run's log, fenced
-// by the subject's last sequence so that the dead producer's later appends fail.
+// by the subject's last sequence so that the dead producer's later appends fail. A log whose
+// last event is a terminal (RUN_FINISHED or RUN_ERROR: the producer stopped between its
+// terminal and its close record) gets the close record alone.
 func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error {
 	var a *acks
 	defer func() { a.release() }()
@@ -167,6 +169,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 		}
 		subject, _ := s.subject(info.Principal, info.RunID)
 		var last uint64
+		terminal := false
 		m, err := s.lastMsg(ctx, subject)
 		if err != nil {
 			return err
@@ -180,6 +183,12 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 				return s.closeRun(ctx, key, info, e.Revision(), leaseRev)
 			}
 			last = m.Sequence
+			if endsWithTerminal(m) {
+				// The producer stored its terminal and stopped before its close record:
+				// the log only needs closing, and a second terminal would contradict
+				// the first.
+				terminal = true
+			}
 		}
 		// A resubmit takes the lease before it changes anything else: if our claim still
 		// stands, the log read above is the generation to close.
@@ -192,12 +201,15 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 				return err
 			}
 		}
-		seq, err := s.publishAfter(ctx, a, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{producerLost}), "")
-		if errors.Is(err, ErrFenced) {
-			continue
-		}
-		if err != nil {
-			return err
+		seq := last
+		if !terminal {
+			seq, err = s.publishAfter(ctx, a, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{producerLost}), "")
+			if errors.Is(err, ErrFenced) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
 		}
 		if _, err := s.publishAfter(ctx, a, subject, info.Generation, seq, id+".close", nil, ctlClose); errors.Is(err, ErrFenced) {
 			continue
@@ -223,4 +235,23 @@ func (s *Store) dropLease(ctx context.Context, key string, rev uint64) error {
 		return err
 	}
 	return nil
+}
+
+// endsWithTerminal reports whether the batch message m ends with a terminal event
+// (RUN_FINISHED or RUN_ERROR). Control records and undecodable batches do not.
+func endsWithTerminal(m *natsjs.RawStreamMsg) bool {
+	if m.Header.Get(hdrCtl) != "" {
+		return false
+	}
+	events, err := decodeBatch(m.Data)
+	if err != nil || len(events) == 0 {
+		return false
+	}
+	var ev struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(events[len(events)-1], &ev) != nil {
+		return false
+	}
+	return ev.Type == "RUN_FINISHED" || ev.Type == "RUN_ERROR"
 }

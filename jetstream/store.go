@@ -76,6 +76,15 @@ type Config struct {
 	// server's max payload less headroom for headers).
 	MaxBatchBytes int
 
+	// MaxRunBacklog bounds the bytes of one writer's events appended and not yet stored
+	// (each event counted with backlogOverhead bytes of bookkeeping): Writer.WaitRoom waits
+	// while the writer's backlog is at it (default 8 MiB).
+	MaxRunBacklog int64
+	// MaxBacklog bounds the same over every writer of the store (default 256 MiB):
+	// WaitRoom waits while the store's backlog is at it, unless the writer's own backlog is
+	// empty (so every run makes progress; the store may then exceed it by one event a run).
+	MaxBacklog int64
+
 	// Owner names this process in run metadata and leases (default host-pid-random).
 	Owner string
 	// Logger receives warnings of background work (default slog.Default()).
@@ -124,6 +133,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 512 << 10
 	}
+	if c.MaxRunBacklog == 0 {
+		c.MaxRunBacklog = DefaultMaxRunBacklog
+	}
+	if c.MaxBacklog == 0 {
+		c.MaxBacklog = DefaultMaxBacklog
+	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
 		c.Owner = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), randomHex(4))
@@ -144,9 +159,25 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("jetstream: dedup window longer than retention")
 	case c.MaxBatchBytes < 1024:
 		return c, errors.New("jetstream: max batch bytes below 1 KiB")
+	case c.MaxRunBacklog < 0 || c.MaxBacklog < 0:
+		return c, errors.New("jetstream: negative backlog bound")
 	}
 	return c, nil
 }
+
+// Defaults of the backlog bounds. A run's 8 MiB holds some seconds of the fastest agent's
+// output (the demo agent at full speed, token events of about 100 bytes): more would only
+// buffer what JetStream cannot take. The store's 256 MiB, with the events' copies in flight
+// and the sockets' queues, keeps a gateway within a 2 GiB container while JetStream is
+// unreachable, whatever the number of runs.
+const (
+	DefaultMaxRunBacklog = 8 << 20
+	DefaultMaxBacklog    = 256 << 20
+)
+
+// backlogOverhead is what one queued event costs beyond its bytes: its pending entry, its
+// callback and the turn's closure.
+const backlogOverhead = 256
 
 // Log attribute keys.
 const (
@@ -187,6 +218,14 @@ type Store struct {
 	// spares leases that expired while their producers could not renew them.
 	answering atomic.Int64
 
+	// backlog is the bytes appended to this store's writers and not yet stored or failed
+	// (Config.MaxBacklog); waiting counts the WaitRoom calls waiting for room, woken by
+	// closing room (under roomMu) when a writer's backlog shrinks.
+	backlog atomic.Int64
+	waiting atomic.Int64
+	roomMu  sync.Mutex
+	room    chan struct{}
+
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
 	idleAcks []*acks // inboxes released by writers, still subscribed (acks.release)
@@ -201,7 +240,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}}
+	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, room: make(chan struct{})}
 	url := cfg.URLs
 	opts := []nats.Option{
 		nats.Name("wsgateway " + cfg.Owner),
@@ -470,6 +509,27 @@ func (s *Store) sleep(ctx context.Context, d time.Duration) error {
 	case <-s.ctx.Done():
 		return ErrClosed
 	}
+}
+
+// Backlog returns the bytes appended to this store's writers that are not stored yet.
+func (s *Store) Backlog() int64 { return s.backlog.Load() }
+
+// roomChan returns the channel closed at the next shrink of a backlog.
+func (s *Store) roomChan() <-chan struct{} {
+	s.roomMu.Lock()
+	defer s.roomMu.Unlock()
+	return s.room
+}
+
+// shrunk wakes the WaitRoom calls waiting, if any.
+func (s *Store) shrunk() {
+	if s.waiting.Load() == 0 {
+		return
+	}
+	s.roomMu.Lock()
+	close(s.room)
+	s.room = make(chan struct{})
+	s.roomMu.Unlock()
 }
 
 // jsAnswered records that JetStream answered a request (a refusal is an answer too).

@@ -67,6 +67,7 @@ type Writer struct {
 
 	mu       sync.Mutex
 	queue    []pending
+	backlog  int64 // bytes appended and not yet stored or failed (Config.MaxRunBacklog)
 	closing  bool
 	err      error  // sticky: every later append fails with it
 	leaseRev uint64 // revision of our lease entry
@@ -125,10 +126,30 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 			}
 		}
 		// The lease is taken before the metadata names the new generation: a reaper that
-		// claimed the old, expired lease sees the change and backs off.
+		// claimed the old, expired lease sees the change and backs off. Until the metadata
+		// shows the run as this principal's, the lease is only created where none is: a
+		// lease held is a live run, maybe another principal's, and is never overwritten.
 		info.Generation = old.Generation + 1
+		val := mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation})
 		var err error
-		leaseRev, err = s.leases.Put(ctx, key, mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation}))
+		if e == nil {
+			leaseRev, err = s.leases.Create(ctx, key, val)
+			if errors.Is(err, natsjs.ErrKeyExists) {
+				if attempt == 0 {
+					continue // the run exists: the next attempt reads whose it is
+				}
+				// No metadata, yet a lease: a concurrent Create between its lease and its
+				// metadata, or an expired lease whose run is gone.
+				if leaseRev, err = s.takeStrayLease(ctx, key, val); err == nil && leaseRev == 0 {
+					if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
+						return nil, fmt.Errorf("create: %w", err)
+					}
+					continue
+				}
+			}
+		} else {
+			leaseRev, err = s.leases.Put(ctx, key, val)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("create: lease: %w", err)
 		}
@@ -139,6 +160,11 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 			metaRev, err = s.meta.Update(ctx, key, mustJSON(info), e.Revision())
 		}
 		if isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
+			if e == nil {
+				// The lease was created over a run whose metadata exists (a closed run,
+				// whose lease is gone): give it back before reading whose run it is.
+				s.leases.Delete(ctx, key, natsjs.LastRevision(leaseRev))
+			}
 			continue
 		}
 		if err != nil {
@@ -200,6 +226,27 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	return w, nil
 }
 
+// takeStrayLease takes the run's lease when it expired (its run has no metadata) and returns
+// its new revision, or 0 when the lease is live or changed meanwhile.
+func (s *Store) takeStrayLease(ctx context.Context, key string, val []byte) (uint64, error) {
+	e, err := s.leases.Get(ctx, key)
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	var l lease
+	if json.Unmarshal(e.Value(), &l) == nil && l.Expires > time.Now().UnixMilli() {
+		return 0, nil
+	}
+	rev, err := s.leases.Update(ctx, key, val, e.Revision())
+	if isWrongLastSeq(err) {
+		return 0, nil
+	}
+	return rev, err
+}
+
 // Info returns the run's metadata as of Create.
 func (w *Writer) Info() RunInfo { return w.info }
 
@@ -223,11 +270,63 @@ func (w *Writer) Append(event []byte, stored func(offset string, err error)) {
 		p.at = time.Now()
 	}
 	w.queue = append(w.queue, p)
+	n := int64(len(event) + backlogOverhead)
+	w.backlog += n
+	w.s.backlog.Add(n)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
+}
+
+// WaitRoom waits while the writer's backlog (what it was given and has not stored yet) is at
+// Config.MaxRunBacklog, or the store's is at Config.MaxBacklog and the writer's is not empty:
+// how a producer is pushed back while JetStream is slow or away. It returns ctx's error if
+// ctx ends first, and nil at once once the writer failed or is closing (Append then fails).
+// It never waits on another writer's backlog alone.
+func (w *Writer) WaitRoom(ctx context.Context) error {
+	waiting := false
+	defer func() {
+		if waiting {
+			w.s.waiting.Add(-1)
+		}
+	}()
+	for {
+		var room <-chan struct{}
+		if waiting {
+			room = w.s.roomChan()
+		}
+		w.mu.Lock()
+		own, done := w.backlog, w.closing || w.err != nil
+		w.mu.Unlock()
+		if done || own == 0 || own < w.s.cfg.MaxRunBacklog && w.s.backlog.Load() < w.s.cfg.MaxBacklog {
+			return nil
+		}
+		if !waiting {
+			// Registered before the channel is taken and the backlogs read again, so that
+			// a shrink in between closes the channel.
+			waiting = true
+			w.s.waiting.Add(1)
+			continue
+		}
+		select {
+		case <-room:
+		case <-w.lost:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// settled removes n events of size bytes from the backlogs, once stored or failed.
+func (w *Writer) settled(size int64) {
+	w.mu.Lock()
+	w.backlog -= size
+	w.mu.Unlock()
+	w.s.backlog.Add(-size)
+	w.s.shrunk()
 }
 
 // Lost is closed when the writer lost its lease or was fenced out (the reaper closed the log,
@@ -287,7 +386,12 @@ func (w *Writer) loop() {
 			failed = ErrEventTooLarge
 			w.fail(failed)
 		}
+		var cost int64
+		for _, p := range batch {
+			cost += int64(len(p.event) + backlogOverhead)
+		}
 		if failed != nil {
+			w.settled(cost)
 			for _, p := range batch {
 				p.stored("", fmt.Errorf("append: %w", failed))
 			}
@@ -299,6 +403,7 @@ func (w *Writer) loop() {
 		}
 		body = encodeBatch(body[:0], events)
 		seq, err := w.publish(w.s.ctx, body, "")
+		w.settled(cost)
 		if err != nil {
 			w.fail(err)
 			for _, p := range batch {
@@ -422,7 +527,7 @@ func retryable(err error) bool {
 // writes nothing: the lease is no longer renewed, so a reaper ends the log with
 // producer_lost (unless the writer was fenced, and the log is already someone else's). If
 // ctx ends first, the pending appends still drain in the background and the log is left
-// open, for the reaper too.
+// open for the reaper: the lease is no longer renewed.
 func (w *Writer) Close(ctx context.Context) error {
 	w.mu.Lock()
 	if w.closed {
@@ -448,7 +553,17 @@ func (w *Writer) finish(ctx context.Context) error {
 	select {
 	case <-w.done:
 	case <-ctx.Done():
-		// The loop keeps draining in the background; the store's Close stops it.
+		// The loop keeps draining in the background (the store's Close stops it) and hands
+		// the inbox back when it returns. The lease is no longer renewed: a reaper closes
+		// the log.
+		w.mu.Lock()
+		w.released = true
+		w.mu.Unlock()
+		w.s.forget(w)
+		go func() {
+			<-w.done
+			w.acks.release()
+		}()
 		return fmt.Errorf("close %s: %w", w.info.RunID, ctx.Err())
 	}
 	defer w.s.forget(w)

@@ -35,11 +35,15 @@
 // stored calls Sink.Deliver, so that an event reaches its socket without a hand-off. That
 // goroutine also commits the run's next batch, so Deliver must not block and its work must
 // be bounded (the sinks frame the event and queue it); the log is the buffer. A detached
-// turn (no sink) does no delivery work at all. The socket going away does not stop the turn;
-// Detach only stops live delivery. After Abort nothing more is delivered live.
+// turn (no sink) does no delivery work at all. When the log bounds what waits to be stored
+// (a WaitRoom method, as *jetstream.Writer has), emit waits while the run's backlog is full,
+// until the agent's context ends. The socket going away does not stop the turn; Detach only
+// stops live delivery. After Abort nothing more is delivered live.
 //
 // The Turn owns two goroutines, its driver and the agent's; Done is closed when both have
-// returned and the log is closed. Agents must return soon after their context is cancelled.
+// returned and the log is closed. Agents must return soon after their context is cancelled:
+// one that has not returned Config.AgentStopTimeout after it is left running, refused every
+// emit, and the turn ends without it (Done does not wait for it).
 package turn
 
 import (
@@ -65,6 +69,13 @@ type Log interface {
 	Close(ctx context.Context) error
 	// Lost is closed when the writer lost its lease (its appends are refused).
 	Lost() <-chan struct{}
+}
+
+// roomWaiter is a Log that bounds what waits to be stored, as *jetstream.Writer does: emit
+// calls WaitRoom before each agent event, so a producer faster than the log waits (until its
+// context ends) instead of filling memory.
+type roomWaiter interface {
+	WaitRoom(ctx context.Context) error
 }
 
 // Agent produces the AG-UI events of a turn.
@@ -109,6 +120,10 @@ const (
 
 // DefaultCloseTimeout bounds the final flush and close of the log.
 const DefaultCloseTimeout = 10 * time.Second
+
+// DefaultAgentStopTimeout bounds the wait for an agent to return once its context is
+// cancelled (an abort, a shutdown, a limit, a log failure).
+const DefaultAgentStopTimeout = 5 * time.Second
 
 // Defaults of Limits' zero fields.
 const (
@@ -161,7 +176,11 @@ type Config struct {
 	Logger       *slog.Logger     // nil: discard
 	Metrics      *metrics.Metrics // nil: none
 	CloseTimeout time.Duration    // bound on the final flush and close; default 10s
-	Limits       Limits           // zero fields: the defaults
+	// AgentStopTimeout bounds the wait for the agent to return once cancelled; default 5s.
+	// An agent still running then is left behind (its emits are refused) and the turn ends
+	// with the code of its stop.
+	AgentStopTimeout time.Duration
+	Limits           Limits // zero fields: the defaults
 	// Context carries values for the agent (e.g. the client's handshake headers,
 	// agent.WithClientHeader); its cancellation is ignored. nil: none.
 	Context context.Context
@@ -196,6 +215,9 @@ type Turn struct {
 	lastEmit atomic.Int64
 	born     time.Time
 	done     chan struct{}
+	// agentCtx is the agent's context, set before the agent starts: it ends an emit waiting
+	// for room in the log.
+	agentCtx context.Context
 
 	sinkMu sync.Mutex
 	sink   Sink
@@ -230,6 +252,9 @@ func Start(cfg Config) (*Turn, error) {
 	}
 	if cfg.CloseTimeout <= 0 {
 		cfg.CloseTimeout = DefaultCloseTimeout
+	}
+	if cfg.AgentStopTimeout <= 0 {
+		cfg.AgentStopTimeout = DefaultAgentStopTimeout
 	}
 	t := &Turn{
 		cfg:    cfg,
@@ -337,6 +362,13 @@ func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<-
 
 // emit is the agent's emit function.
 func (t *Turn) emit(data []byte) error {
+	if rw, ok := t.cfg.Log.(roomWaiter); ok {
+		// Waiting for the log is not the agent's silence: the idle timer counts from here.
+		t.lastEmit.Store(int64(time.Since(t.born)))
+		if err := rw.WaitRoom(t.agentCtx); err != nil {
+			return fmt.Errorf("%w: %w", ErrStopped, err)
+		}
+	}
 	emitted := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -419,6 +451,7 @@ func (t *Turn) drive() {
 const (
 	keyErr     = "err"
 	keyOutcome = "outcome"
+	keyWaited  = "waited"
 )
 
 // runAgent appends the marker, runs the agent until its stream ends or the turn is stopped,
@@ -451,13 +484,22 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 	}
 
 	agentDone := make(chan error, 1)
+	t.agentCtx = ctx
 	go func() { agentDone <- t.cfg.Agent.Run(ctx, t.cfg.Input, t.emit) }()
-	// The agent's goroutine is joined before the driver appends the terminal, so no event of
-	// the agent can follow it.
+	// The agent's goroutine is joined before the driver appends the terminal, or, if it
+	// ignores its context for AgentStopTimeout, left behind: emit refuses its events from
+	// stopEmits on, so none can follow the terminal either way.
 	stopAgent := func() error {
 		violation := t.stopEmits()
 		cancel()
-		<-agentDone
+		wait := time.NewTimer(t.cfg.AgentStopTimeout)
+		defer wait.Stop()
+		select {
+		case <-agentDone:
+		case <-wait.C:
+			t.log.Warn("agent ignored its cancellation: the turn ends without it",
+				slog.Duration(keyWaited, t.cfg.AgentStopTimeout))
+		}
 		return violation
 	}
 	// A silent agent (a hung upstream) would hold the turn forever: the idle timer ends the

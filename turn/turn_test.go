@@ -581,3 +581,51 @@ func TestAgentContext(t *testing.T) {
 		t.Errorf("Outcome() = %s, want %s", o, metrics.OutcomeCompleted)
 	}
 }
+
+// TestAgentIgnoringCancellation: an agent that never returns once cancelled does not hold its
+// turn: the turn ends within AgentStopTimeout with the code of its stop, the log closed, and
+// the agent's later emits are refused.
+func TestAgentIgnoringCancellation(t *testing.T) {
+	store := openStore(t)
+	ctx := context.Background()
+	release := make(chan struct{})
+	t.Cleanup(func() { close(release) })
+	emitted := make(chan error, 1)
+	startedCh := make(chan struct{})
+	agent := agentFunc(func(ctx context.Context, emit func([]byte) error) error {
+		if err := emitAll(emit, started, msgStart); err != nil {
+			return err
+		}
+		close(startedCh)
+		<-release // ignores ctx
+		emitted <- emit([]byte(`{"type":"TEXT_MESSAGE_END","messageId":"m1"}`))
+		return nil
+	})
+	const runID = "stubborn"
+	w, err := store.Create(ctx, principal, runID, "t1")
+	if err != nil {
+		t.Fatalf("Create() = %v", err)
+	}
+	tr, err := turn.Start(turn.Config{Input: input(t, runID), Agent: agent, Log: w, AgentStopTimeout: 300 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	<-startedCh
+	tr.Abort()
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := tr.Wait(wctx); err != nil {
+		t.Fatalf("Wait() after Abort = %v: an agent ignoring its context holds the turn", err)
+	}
+	_, events := parseEnvelopes(t, readLog(t, store, runID))
+	if got, want := typesOf(events), "CUSTOM:run.accepted RUN_STARTED TEXT_MESSAGE_START RUN_ERROR:"+turn.CodeAborted; got != want {
+		t.Fatalf("log = %s, want %s", got, want)
+	}
+	if tr.Outcome() != metrics.OutcomeAborted {
+		t.Errorf("Outcome() = %v, want %v", tr.Outcome(), metrics.OutcomeAborted)
+	}
+	release <- struct{}{}
+	if err := <-emitted; !errors.Is(err, turn.ErrStopped) {
+		t.Errorf("emit after the turn ended = %v, want ErrStopped", err)
+	}
+}

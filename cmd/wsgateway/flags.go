@@ -47,11 +47,14 @@ type serveConfig struct {
 	leaseTTL     time.Duration
 	retention    time.Duration
 	drainTimeout time.Duration
-	chatPath     string // SSE transport; empty: off
-	ndjsonPath   string // NDJSON transport; empty: off
-	aguiPath     string // AG-UI transport; empty: off
-	logFormat    string
-	logLevel     string
+	// shutdownTimeout bounds the stop after the drain: the turns' terminals and log closes,
+	// the sockets' last frames and the store's close.
+	shutdownTimeout time.Duration
+	chatPath        string // SSE transport; empty: off
+	ndjsonPath      string // NDJSON transport; empty: off
+	aguiPath        string // AG-UI transport; empty: off
+	logFormat       string
+	logLevel        string
 
 	// Security (README "Security").
 	auth             string // authNone or authJWT
@@ -74,6 +77,8 @@ type serveConfig struct {
 	maxRunEvents     int
 	maxRunBytes      int64
 	maxEventBytes    int64
+	maxRunBacklog    int64
+	maxBacklog       int64
 	agentIdleTimeout time.Duration
 	queueFrames      int
 	queueBytes       int64
@@ -209,6 +214,7 @@ var serveFlags = []serveFlag{
 	{"lease-ttl", "15s", "producer lease; a run whose gateway died is ended (RUN_ERROR producer_lost) after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
 	{"drain-timeout", "10s", "on SIGTERM/SIGINT, how long running turns may finish before they are aborted", durationSetter(func(c *serveConfig) *time.Duration { return &c.drainTimeout })},
+	{"shutdown-timeout", "15s", "after --drain-timeout, how long the stopped turns may take to store their terminal and close their logs before the gateway exits anyway (their leases released: a reaper closes those logs)", durationSetter(func(c *serveConfig) *time.Duration { return &c.shutdownTimeout })},
 	{"auth", authNone, "authentication of /ws: none (development: every client is one principal) or jwt (a JSON Web Token; see --jwt-*)", func(c *serveConfig, v string) error {
 		if v != authNone && v != authJWT {
 			return fmt.Errorf("want %s or %s", authNone, authJWT)
@@ -256,6 +262,8 @@ var serveFlags = []serveFlag{
 	{"max-run-events", "100000", "events the agent may store in one run; then the turn ends with RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxRunEvents })},
 	{"max-run-bytes", "64MiB", "bytes of events the agent may store in one run (RUN_ERROR limit_exceeded)", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.maxRunBytes })},
 	{"max-event-bytes", "1MiB", "largest event the agent may emit (RUN_ERROR limit_exceeded)", sizeSetter(1<<10, func(c *serveConfig) *int64 { return &c.maxEventBytes })},
+	{"max-run-backlog", "8MiB", "bytes of one run's events waiting to be stored (JetStream slow or away); beyond, the agent waits", sizeSetter(64<<10, func(c *serveConfig) *int64 { return &c.maxRunBacklog })},
+	{"max-backlog", "256MiB", "bytes of every run's events waiting to be stored; beyond, each agent with events waiting waits", sizeSetter(1<<20, func(c *serveConfig) *int64 { return &c.maxBacklog })},
 	{"socket-queue-frames", strconv.Itoa(conversation.DefaultQueueSize), "outbound frames queued per socket; a client too slow for them is closed 1013 and resumes from the log", positiveInt(func(c *serveConfig) *int { return &c.queueFrames })},
 	{"socket-queue-bytes", "4MiB", "outbound bytes queued per socket (closed 1013 beyond, as for --socket-queue-frames)", sizeSetter(64<<10, func(c *serveConfig) *int64 { return &c.queueBytes })},
 	{"early-aborts", strconv.Itoa(conversation.DefaultEarlyAborts), "aborts remembered per socket for run frames not yet arrived (the oldest is forgotten beyond)", positiveInt(func(c *serveConfig) *int { return &c.earlyAborts })},

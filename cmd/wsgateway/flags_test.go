@@ -51,6 +51,7 @@ func TestParseServeDefaults(t *testing.T) {
 	want.readLimit, want.headerTimeout, want.handshakeTimeout = 1<<20, 10*time.Second, 30*time.Second
 	want.maxRunEvents, want.maxRunBytes, want.maxEventBytes = 100000, 64<<20, 1<<20
 	want.agentIdleTimeout = 5 * time.Minute
+	want.maxRunBacklog, want.maxBacklog, want.shutdownTimeout = 8<<20, 256<<20, 15*time.Second
 	want.queueFrames, want.queueBytes, want.earlyAborts, want.earlyAbortTTL = 16384, 4<<20, 64, 30*time.Second
 	want.maxSocketTurns, want.maxPrincipalSock, want.runFrameRate, want.runFrameBurst = 16, 64, 10, 20
 	want.agentConnectTimeout, want.agentFirstEvent, want.agentGapTimeout = 10*time.Second, time.Minute, time.Minute

@@ -128,7 +128,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		Retention: cfg.retention,
 		LeaseTTL:  cfg.leaseTTL,
 		Logger:    log,
-		Metrics:   &jetstream.Metrics{RunReaped: m.RunReaped},
+		// The bounds of what waits to be stored (README "Security").
+		MaxRunBacklog: cfg.maxRunBacklog,
+		MaxBacklog:    cfg.maxBacklog,
+		Metrics:       &jetstream.Metrics{RunReaped: m.RunReaped},
 	})
 	if err != nil {
 		if ctx.Err() != nil {
@@ -136,7 +139,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		}
 		return fmt.Errorf("open the run log: %w", err)
 	}
-	defer store.Close()
+	// abandoned is set when the shutdown exceeded --shutdown-timeout: the process then exits
+	// without waiting for what is still stuck on JetStream.
+	abandoned := false
+	defer func() {
+		if !abandoned {
+			store.Close()
+		}
+	}()
 	// wsgateway_jetstream_ready answers what GET /readyz answers, at each scrape.
 	m.SetReadyCheck(func() bool {
 		rctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
@@ -189,8 +199,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("conversation server: %w", err)
 	}
-	// Shut down on every path; after a graceful shutdown below this returns at once.
-	defer conv.Shutdown(context.Background())
+	// Shut down on every path; after a graceful shutdown below this returns at once, and
+	// after one that exceeded --shutdown-timeout it is skipped.
+	defer func() {
+		if !abandoned {
+			conv.Shutdown(context.Background())
+		}
+	}()
 
 	ln, err := net.Listen("tcp", cfg.addr)
 	if err != nil {
@@ -278,15 +293,42 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	var errs []error
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.drainTimeout)
 	defer cancel()
-	if err := conv.Shutdown(dctx); err != nil {
-		log.Warn("drain timeout: aborted the turns still running", keyErr, err)
+	// After the drain, the stopped turns store their terminal and close their logs, which
+	// waits on JetStream: --shutdown-timeout bounds that, and the store's Close then
+	// releases the leases of the logs left open, for a reaper to close.
+	convDone := make(chan error, 1)
+	go func() { convDone <- conv.Shutdown(dctx) }()
+	bound := time.NewTimer(cfg.drainTimeout + cfg.shutdownTimeout)
+	defer bound.Stop()
+	select {
+	case err := <-convDone:
+		if err != nil {
+			log.Warn("drain timeout: aborted the turns still running", keyErr, err)
+		}
+		if err := <-httpDone; err != nil {
+			errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+		}
+		<-served
+	case <-bound.C:
+		log.Warn("shutdown timeout: exiting with turns still closing their logs", keyTimeout, cfg.shutdownTimeout.String())
+		errs = append(errs, errors.New("shutdown timeout: turns still closing their logs"))
+		abandoned = true
+		srv.Close()
 	}
-	if err := <-httpDone; err != nil {
-		errs = append(errs, fmt.Errorf("http shutdown: %w", err))
+	// The store's close releases the leases of the logs left open; past the shutdown
+	// timeout (JetStream unreachable) it is given a second at most: the leases expire anyway.
+	closed := make(chan error, 1)
+	go func() { closed <- store.Close() }()
+	var closeBound <-chan time.Time
+	if abandoned {
+		closeBound = time.After(time.Second)
 	}
-	<-served
-	if err := store.Close(); err != nil {
-		errs = append(errs, fmt.Errorf("close the run log: %w", err))
+	select {
+	case err := <-closed:
+		if err != nil {
+			errs = append(errs, fmt.Errorf("close the run log: %w", err))
+		}
+	case <-closeBound:
 	}
 	log.Info("stopped")
 	return errors.Join(errs...)

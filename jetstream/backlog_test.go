@@ -1,0 +1,118 @@
+package jetstream
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// TestBacklogBound: while NATS is away, a writer's WaitRoom blocks once its backlog reaches
+// MaxRunBacklog (its context still ends the wait), another writer of the store is not held
+// by it, and the store's backlog stays bounded; when NATS is back every event is stored once
+// and in order and the backlogs drain to zero.
+func TestBacklogBound(t *testing.T) {
+	opts := server.Options{Port: freePort(t), StoreDir: t.TempDir()}
+	ns := startServer(t, opts)
+	cfg := testConfig(t)
+	cfg.URLs = ns.ClientURL()
+	cfg.MaxRunBacklog = 64 << 10
+	cfg.MaxBacklog = 96 << 10
+	cfg.PublishTimeout = 500 * time.Millisecond
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	w1, err := s.Create(ctx, "alice", "backlog-1", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2, err := s.Create(ctx, "alice", "backlog-2", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns.Shutdown()
+	ns.WaitForShutdown()
+
+	// The first writer appends while it has room: the bound stops it.
+	var events [][]byte
+	results := make(chan result, 10000)
+	appendOne := func(w *Writer, e []byte) {
+		w.Append(e, func(off string, err error) { results <- result{off, err} })
+	}
+	for i := 0; ; i++ {
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		err := w1.WaitRoom(wctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("WaitRoom = %v", err)
+		}
+		if i == 5000 {
+			t.Fatalf("WaitRoom never waited: backlog %d bytes", s.Backlog())
+		}
+		e := event("b", i)
+		events = append(events, e)
+		appendOne(w1, e)
+	}
+	if b := s.Backlog(); b < cfg.MaxRunBacklog || b > cfg.MaxRunBacklog+1024 {
+		t.Fatalf("backlog when WaitRoom waits = %d, want about MaxRunBacklog %d", b, cfg.MaxRunBacklog)
+	}
+	// Another run is not held by the first one's backlog.
+	if err := w2.WaitRoom(ctx); err != nil {
+		t.Fatalf("WaitRoom of another writer = %v", err)
+	}
+	for i := range 100 {
+		wctx, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+		err := w2.WaitRoom(wctx)
+		cancel()
+		if errors.Is(err, context.DeadlineExceeded) {
+			break // the store's bound
+		}
+		appendOne(w2, event("o", i))
+	}
+	if b := s.Backlog(); b > cfg.MaxBacklog+1024 {
+		t.Fatalf("store backlog = %d, want at most about MaxBacklog %d", b, cfg.MaxBacklog)
+	}
+
+	// A waiter is woken when NATS is back and the backlog drains.
+	waited := make(chan error, 1)
+	go func() {
+		wctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		waited <- w1.WaitRoom(wctx)
+	}()
+	startServer(t, opts)
+	if err := <-waited; err != nil {
+		t.Fatalf("WaitRoom after the outage = %v", err)
+	}
+	if err := w1.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := w2.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(results)
+	for r := range results {
+		if r.err != nil {
+			t.Fatalf("append across the outage: %v", r.err)
+		}
+	}
+	if b := s.Backlog(); b != 0 {
+		t.Fatalf("backlog after every event was stored = %d, want 0", b)
+	}
+	entries, closed, err := s.Snapshot(ctx, "alice", "backlog-1")
+	if err != nil || !closed {
+		t.Fatalf("Snapshot = closed %v, %v", closed, err)
+	}
+	if len(entries) != len(events) {
+		t.Fatalf("stored %d events, want %d", len(entries), len(events))
+	}
+	for i := range entries {
+		if string(entries[i].Event) != string(events[i]) {
+			t.Fatalf("entry %d = %s, want %s", i, entries[i].Event, events[i])
+		}
+	}
+}
