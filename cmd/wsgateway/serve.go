@@ -21,6 +21,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/wsgateway/wsgateway/agent/demo"
+	"github.com/wsgateway/wsgateway/auth"
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/durable"
 	"github.com/wsgateway/wsgateway/heartbeat"
@@ -110,13 +111,54 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 
 // serve runs the gateway until ctx is cancelled, then shuts it down gracefully.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(
+	g := &gateway{cfg: cfg, log: log}
+	defer g.release()
+	if err := g.openStore(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil // a signal during startup: nothing to drain
+		}
+		return err
+	}
+	if err := g.build(ctx); err != nil {
+		return err
+	}
+	served := g.listen()
+	select {
+	case err := <-served:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	return g.shutdown(ctx, served)
+}
+
+// gateway is what serve builds, in that order: metrics, the run log, the conversation
+// server and the HTTP server.
+type gateway struct {
+	cfg serveConfig
+	log *slog.Logger
+
+	reg   *prometheus.Registry
+	m     *metrics.Metrics
+	store *jetstream.Store
+	authn *auth.Authenticator
+	conv  *conversation.Server
+	srv   *http.Server
+	ln    net.Listener
+	tls   bool
+	// abandoned is set when the shutdown exceeded --shutdown-timeout: the process then exits
+	// without waiting for what is still stuck on JetStream.
+	abandoned bool
+}
+
+// openStore registers the metrics and opens the run log.
+func (g *gateway) openStore(ctx context.Context) error {
+	g.reg = prometheus.NewRegistry()
+	g.reg.MustRegister(
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
-	m := metrics.New(reg)
-
+	g.m = metrics.New(g.reg)
+	cfg := g.cfg
 	store, err := jetstream.Open(ctx, jetstream.Config{
 		URLs:      strings.Join(cfg.natsURLs, ","),
 		CredsFile: cfg.natsCreds,
@@ -127,51 +169,46 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		Replicas:  cfg.replicas,
 		Retention: cfg.retention,
 		LeaseTTL:  cfg.leaseTTL,
-		Logger:    log,
+		Logger:    g.log,
 		// The bounds of what waits to be stored (README "Security").
 		MaxRunBacklog: cfg.maxRunBacklog,
 		MaxBacklog:    cfg.maxBacklog,
-		Metrics:       &jetstream.Metrics{RunReaped: m.RunReaped},
+		Metrics:       &jetstream.Metrics{RunReaped: g.m.RunReaped},
 	})
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil // a signal during startup: nothing to drain
-		}
 		return fmt.Errorf("open the run log: %w", err)
 	}
-	// abandoned is set when the shutdown exceeded --shutdown-timeout: the process then exits
-	// without waiting for what is still stuck on JetStream.
-	abandoned := false
-	defer func() {
-		if !abandoned {
-			store.Close()
-		}
-	}()
+	g.store = store
 	// wsgateway_jetstream_ready answers what GET /readyz answers, at each scrape.
-	m.SetReadyCheck(func() bool {
+	g.m.SetReadyCheck(func() bool {
 		rctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 		defer cancel()
 		return store.Ready(rctx) == nil
 	})
+	return nil
+}
 
+// build makes the agent, the authentication, the conversation server, the routes and the
+// HTTP server.
+func (g *gateway) build(ctx context.Context) error {
+	cfg := g.cfg
 	agent, err := newAgent(cfg)
 	if err != nil {
 		return err
 	}
-	authn, authMode, err := newAuthenticator(cfg, os.LookupEnv, log)
+	authn, authMode, err := newAuthenticator(cfg, os.LookupEnv, g.log)
 	if err != nil {
 		return err
 	}
-	if authn != nil {
-		defer authn.Close()
-	}
-	tokens := tokensOf(authn, log)
+	g.authn = authn
+	tokens := tokensOf(authn, g.log)
 	tlsConfig, err := newTLSConfig(cfg)
 	if err != nil {
 		return err
 	}
-	logOrigins(cfg, log)
-	conv, err := conversation.New(conversation.Config{
+	g.tls = tlsConfig != nil
+	logOrigins(cfg, g.log)
+	g.conv, err = conversation.New(conversation.Config{
 		Tokens:         tokens,
 		OriginPatterns: cfg.allowedOrigins,
 		ReadLimit:      cfg.readLimit,
@@ -179,7 +216,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		QueueBytes:     int(cfg.queueBytes),
 		EarlyAborts:    cfg.earlyAborts,
 		EarlyAbortTTL:  cfg.earlyAbortTTL,
-		Store:          store,
+		Store:          g.store,
 		Agent:          agent,
 		TurnLimits:     runLimits(cfg),
 		TurnContext:    clientHeaders(cfg.agentForward),
@@ -193,24 +230,40 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 			Interval:    cfg.heartbeat,
 			IdleTimeout: cfg.idleTimeout,
 		},
-		Logger:  log,
-		Metrics: m,
+		Logger:  g.log,
+		Metrics: g.m,
 	})
 	if err != nil {
 		return fmt.Errorf("conversation server: %w", err)
 	}
-	// Shut down on every path; after a graceful shutdown below this returns at once, and
-	// after one that exceeded --shutdown-timeout it is skipped.
-	defer func() {
-		if !abandoned {
-			conv.Shutdown(context.Background())
-		}
-	}()
-
-	ln, err := net.Listen("tcp", cfg.addr)
-	if err != nil {
+	if g.ln, err = net.Listen("tcp", cfg.addr); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
+	mux, ds, err := g.routes(ctx, principalOf(tokens))
+	if err != nil {
+		return err
+	}
+	g.srv = &http.Server{
+		Handler:           mux,
+		ReadHeaderTimeout: cfg.headerTimeout,
+		ReadTimeout:       cfg.handshakeTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		TLSConfig:         tlsConfig,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		ErrorLog:          slog.NewLogLogger(g.log.Handler(), slog.LevelWarn),
+	}
+	if ds != nil {
+		g.srv.RegisterOnShutdown(ds.Close) // long-polls and SSE would hold Shutdown
+	}
+	g.logListening(authMode)
+	return nil
+}
+
+// routes returns the gateway's endpoints (README "Endpoints") and the Durable Streams
+// handler, nil when --durable-path is empty.
+func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (string, error)) (*http.ServeMux, *durable.Handler, error) {
+	cfg, conv, store := g.cfg, g.conv, g.store
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", conv)
 	mux.Handle("POST /api/runs/{runId}/abort", conv.AbortHandler())
@@ -221,12 +274,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 			}
 		}
 	}
-	ds, err := mountDurable(ctx, mux, cfg, store, principalOf(tokens), log)
+	ds, err := mountDurable(ctx, mux, cfg, store, principal, g.log)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	mux.Handle("GET /", web.Handler())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -239,56 +292,51 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		}
 		io.WriteString(w, "ready\n")
 	})
-	srv := &http.Server{
-		Handler:           mux,
-		ReadHeaderTimeout: cfg.headerTimeout,
-		ReadTimeout:       cfg.handshakeTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		TLSConfig:         tlsConfig,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-	if ds != nil {
-		srv.RegisterOnShutdown(ds.Close) // long-polls and SSE would hold Shutdown
-	}
+	return mux, ds, nil
+}
 
-	addr := ln.Addr().String()
+// logListening logs the start line: the address, the agent, the authentication and NATS.
+func (g *gateway) logListening(authMode string) {
+	cfg := g.cfg
+	addr := g.ln.Addr().String()
 	scheme := "http://"
-	if tlsConfig != nil {
+	if g.tls {
 		scheme = "https://"
 	}
 	attrs := []any{keyAddr, addr, keyURL, scheme + addr + "/", keyAgent, cfg.agent,
 		keyAuth, authMode, keyVersion, version}
 	if len(cfg.natsURLs) == 0 {
-		attrs = append(attrs, keyNATS, "embedded", keyDataDir, cfg.dataDir, keyNATSURL, store.ClientURL())
+		attrs = append(attrs, keyNATS, "embedded", keyDataDir, cfg.dataDir, keyNATSURL, g.store.ClientURL())
 	} else {
 		attrs = append(attrs, keyNATS, redactURLs(cfg.natsURLs))
 	}
-	log.Info("listening", attrs...)
+	g.log.Info("listening", attrs...)
+}
 
+// listen serves HTTP on the listener; the channel receives Serve's error.
+func (g *gateway) listen() <-chan error {
 	served := make(chan error, 1)
 	go func() {
-		if tlsConfig != nil {
-			served <- srv.ServeTLS(ln, "", "") // the certificate is in srv.TLSConfig
+		if g.tls {
+			served <- g.srv.ServeTLS(g.ln, "", "") // the certificate is in srv.TLSConfig
 			return
 		}
-		served <- srv.Serve(ln)
+		served <- g.srv.Serve(g.ln)
 	}()
-	select {
-	case err := <-served:
-		return fmt.Errorf("serve: %w", err)
-	case <-ctx.Done():
-	}
+	return served
+}
 
-	// Graceful shutdown: stop accepting; close the sockets 1012 and let running turns finish
-	// into their logs for the drain timeout, then abort the rest; then stop the store.
+// shutdown stops the gateway gracefully: it stops accepting, closes the sockets 1012 and lets
+// running turns finish into their logs for the drain timeout, then aborts the rest; then it
+// stops the store. served is listen's channel.
+func (g *gateway) shutdown(ctx context.Context, served <-chan error) error {
+	cfg, log := g.cfg, g.log
 	log.Info("draining", keyTimeout, cfg.drainTimeout.String())
 	httpDone := make(chan error, 1)
 	go func() {
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.drainTimeout+closeGrace)
 		defer cancel()
-		httpDone <- srv.Shutdown(sctx)
+		httpDone <- g.srv.Shutdown(sctx)
 	}()
 	var errs []error
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.drainTimeout)
@@ -297,7 +345,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	// waits on JetStream: --shutdown-timeout bounds that, and the store's Close then
 	// releases the leases of the logs left open, for a reaper to close.
 	convDone := make(chan error, 1)
-	go func() { convDone <- conv.Shutdown(dctx) }()
+	go func() { convDone <- g.conv.Shutdown(dctx) }()
 	bound := time.NewTimer(cfg.drainTimeout + cfg.shutdownTimeout)
 	defer bound.Stop()
 	select {
@@ -312,15 +360,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	case <-bound.C:
 		log.Warn("shutdown timeout: exiting with turns still closing their logs", keyTimeout, cfg.shutdownTimeout.String())
 		errs = append(errs, errors.New("shutdown timeout: turns still closing their logs"))
-		abandoned = true
-		srv.Close()
+		g.abandoned = true
+		g.srv.Close()
 	}
 	// The store's close releases the leases of the logs left open; past the shutdown
 	// timeout (JetStream unreachable) it is given a second at most: the leases expire anyway.
 	closed := make(chan error, 1)
+	store := g.store
+	g.store = nil // closed here, not by release
 	go func() { closed <- store.Close() }()
 	var closeBound <-chan time.Time
-	if abandoned {
+	if g.abandoned {
 		closeBound = time.After(time.Second)
 	}
 	select {
@@ -332,6 +382,20 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	}
 	log.Info("stopped")
 	return errors.Join(errs...)
+}
+
+// release closes what serve built and shutdown did not, in reverse order; after a shutdown
+// that exceeded --shutdown-timeout it leaves the conversation server alone.
+func (g *gateway) release() {
+	if g.conv != nil && !g.abandoned {
+		g.conv.Shutdown(context.Background()) // at once after a graceful shutdown
+	}
+	if g.authn != nil {
+		g.authn.Close()
+	}
+	if g.store != nil {
+		g.store.Close()
+	}
 }
 
 // redactURLs joins urls with commas, passwords replaced by "xxxxx".
