@@ -164,7 +164,7 @@ func TestReaperAfterTerminal(t *testing.T) {
 				term = []byte(strings.ReplaceAll(tt.terminal, "%s", run))
 			}
 			tt.stop(t, w, term)
-			w.noRenew.Store(true) // the producer is gone: it neither renews nor closes
+			w.s.forget(w) // the producer is gone: it neither renews nor closes
 			r, err := a.Read(ctx, "alice", run, FromStart)
 			if err != nil {
 				t.Fatal(err)

@@ -96,9 +96,6 @@ type Config struct {
 // Metrics are optional callbacks; the caller turns them into collectors. They run on the
 // store's goroutines and must not block.
 type Metrics struct {
-	// BatchStored is called once per stored batch with its event count and the time from the
-	// Append of its oldest event to the store's acknowledgement.
-	BatchStored func(events int, latency time.Duration)
 	// RunReaped is called once per run this store's reaper closed.
 	RunReaped func()
 }
@@ -231,6 +228,7 @@ type Store struct {
 	idleAcks []*acks // inboxes released by writers, still subscribed (acks.release)
 	closed   bool
 	once     sync.Once
+	closeErr error // of Close, set once
 }
 
 // Open connects to NATS (starting the embedded server when cfg.URLs is empty), creates or
@@ -460,7 +458,8 @@ func (s *Store) ClientURL() string {
 
 // Close stops the writers still open (their pending appends fail with ErrClosed and their
 // leases are released so that a reaper closes their logs), the background loops, the
-// connection and the embedded server. It is idempotent and waits.
+// connection and the embedded server. It is idempotent and waits. Its error is that of the
+// lease releases, whose leases then expire by themselves; every call returns it.
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		s.mu.Lock()
@@ -474,16 +473,20 @@ func (s *Store) Close() error {
 		s.wg.Wait()
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
+		var errs []error
 		for _, w := range writers {
-			w.abandon(ctx)
+			if err := w.abandon(ctx); err != nil {
+				errs = append(errs, err)
+			}
 		}
+		s.closeErr = errors.Join(errs...)
 		s.nc.Close()
 		if s.ns != nil {
 			s.ns.Shutdown()
 			s.ns.WaitForShutdown()
 		}
 	})
-	return nil
+	return s.closeErr
 }
 
 func (s *Store) isClosed() bool {

@@ -274,7 +274,7 @@ func TestReaperClosesLostRun(t *testing.T) {
 	if info, _ := b.Run(ctx, "alice", "crash"); info.State != RunOpen {
 		t.Fatalf("a renewing producer's run was closed: %+v", info)
 	}
-	w.noRenew.Store(true) // the producer stops renewing without closing: a crash
+	w.s.forget(w) // the producer stops renewing without closing: a crash
 	stopped := time.Now()
 	got := readAll(t, tail)
 	elapsed := time.Since(stopped)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"strconv"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	nats "github.com/nats-io/nats.go"
@@ -63,8 +62,6 @@ type Writer struct {
 	done     chan struct{} // closed when loop returns
 	wake     chan struct{}
 
-	noRenew atomic.Bool // tests simulate a crashed producer
-
 	mu       sync.Mutex
 	queue    []pending
 	backlog  int64 // bytes appended and not yet stored or failed (Config.MaxRunBacklog)
@@ -84,7 +81,6 @@ type Writer struct {
 type pending struct {
 	event  []byte
 	stored func(offset string, err error)
-	at     time.Time // when it was appended, read only by Metrics.BatchStored (zero without it)
 }
 
 // Create starts a log for (principal, runID) and returns its writer, which holds the run's
@@ -98,66 +94,68 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	}
 	key := runKey(runID)
 	info := RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Owner: s.cfg.Owner, State: RunOpen}
-	var leaseRev, metaRev uint64
-	existed := false
-	for attempt := 0; ; attempt++ {
-		if attempt == 10 {
-			return nil, fmt.Errorf("create: concurrent creates of one run")
-		}
+	c, err := s.claimRun(ctx, key, &info)
+	if err != nil {
+		return nil, err
+	}
+	w := s.newWriter(key, info, c)
+	if w.acks, err = s.newAcks(); err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	if err := w.openLog(ctx, c.existed); err != nil {
+		w.acks.release()
+		return nil, err
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		w.acks.release()
+		return nil, ErrClosed
+	}
+	s.writers[w] = struct{}{}
+	s.mu.Unlock()
+	go w.loop()
+	return w, nil
+}
+
+// claim is what claimRun took: the revisions of the run's lease and metadata, and whether
+// the run existed (a resubmit).
+type claim struct {
+	leaseRev, metaRev uint64
+	existed           bool
+}
+
+// claimRun takes the run's lease and writes its metadata for a new generation (info's
+// Generation and Created), unless the run is another principal's (ErrForbidden). Nothing is
+// written on a run before it is known to be the caller's: the lease of a run whose metadata
+// was not read is only created where none is, and the metadata only created where none is,
+// or updated at the revision read.
+func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo) (claim, error) {
+	for attempt := 0; attempt < 10; attempt++ {
 		// The first attempt supposes a new run, the common case, and asks nothing: the
 		// metadata's create fails if the run exists, and the next attempt reads it.
 		var e natsjs.KeyValueEntry
 		var old RunInfo
 		if attempt > 0 {
 			var err error
-			e, err = s.meta.Get(ctx, key)
-			switch {
-			case errors.Is(err, natsjs.ErrKeyNotFound):
-				e = nil
-			case err != nil:
-				return nil, fmt.Errorf("create: %w", err)
-			default:
-				if err := json.Unmarshal(e.Value(), &old); err != nil {
-					return nil, fmt.Errorf("create: metadata: %w", err)
-				}
-				if old.Principal != principal {
-					return nil, ErrForbidden
-				}
+			if e, old, err = s.readRun(ctx, key, info.Principal); err != nil {
+				return claim{}, err
 			}
 		}
-		// The lease is taken before the metadata names the new generation: a reaper that
-		// claimed the old, expired lease sees the change and backs off. Until the metadata
-		// shows the run as this principal's, the lease is only created where none is: a
-		// lease held is a live run, maybe another principal's, and is never overwritten.
 		info.Generation = old.Generation + 1
-		val := mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation})
-		var err error
-		if e == nil {
-			leaseRev, err = s.leases.Create(ctx, key, val)
-			if errors.Is(err, natsjs.ErrKeyExists) {
-				if attempt == 0 {
-					continue // the run exists: the next attempt reads whose it is
-				}
-				// No metadata, yet a lease: a concurrent Create between its lease and its
-				// metadata, or an expired lease whose run is gone.
-				if leaseRev, err = s.takeStrayLease(ctx, key, val); err == nil && leaseRev == 0 {
-					if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
-						return nil, fmt.Errorf("create: %w", err)
-					}
-					continue
-				}
-			}
-		} else {
-			leaseRev, err = s.leases.Put(ctx, key, val)
-		}
+		leaseRev, retry, err := s.takeLease(ctx, key, e, info.Generation, attempt)
 		if err != nil {
-			return nil, fmt.Errorf("create: lease: %w", err)
+			return claim{}, err
+		}
+		if retry {
+			continue
 		}
 		info.Created = time.Now().UTC()
+		var metaRev uint64
 		if e == nil {
-			metaRev, err = s.meta.Create(ctx, key, mustJSON(info))
+			metaRev, err = s.meta.Create(ctx, key, mustJSON(*info))
 		} else {
-			metaRev, err = s.meta.Update(ctx, key, mustJSON(info), e.Revision())
+			metaRev, err = s.meta.Update(ctx, key, mustJSON(*info), e.Revision())
 		}
 		if isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
 			if e == nil {
@@ -168,13 +166,66 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("create: %w", err)
+			return claim{}, fmt.Errorf("create: %w", err)
 		}
-		existed = e != nil
-		break
+		return claim{leaseRev: leaseRev, metaRev: metaRev, existed: e != nil}, nil
 	}
-	subject, tag := s.subject(principal, runID)
-	w := &Writer{
+	return claim{}, fmt.Errorf("create: concurrent creates of one run")
+}
+
+// readRun returns the run's metadata entry and its value (nil and the zero RunInfo when
+// there is none), or ErrForbidden when the run is another principal's.
+func (s *Store) readRun(ctx context.Context, key, principal string) (natsjs.KeyValueEntry, RunInfo, error) {
+	var old RunInfo
+	e, err := s.meta.Get(ctx, key)
+	switch {
+	case errors.Is(err, natsjs.ErrKeyNotFound):
+		return nil, old, nil
+	case err != nil:
+		return nil, old, fmt.Errorf("create: %w", err)
+	}
+	if err := json.Unmarshal(e.Value(), &old); err != nil {
+		return nil, old, fmt.Errorf("create: metadata: %w", err)
+	}
+	if old.Principal != principal {
+		return nil, old, ErrForbidden
+	}
+	return e, old, nil
+}
+
+// takeLease takes the run's lease for generation gen; e is the run's metadata as read (nil
+// when not read, or none). The lease is taken before the metadata names the new generation:
+// a reaper that claimed the old, expired lease sees the change and backs off. Until the
+// metadata shows the run as the caller's, the lease is only created where none is: a lease
+// held is a live run, maybe another principal's, and is never overwritten. retry asks for
+// another attempt, which reads the metadata.
+func (s *Store) takeLease(ctx context.Context, key string, e natsjs.KeyValueEntry, gen uint64, attempt int) (rev uint64, retry bool, err error) {
+	val := mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: gen})
+	if e != nil {
+		rev, err = s.leases.Put(ctx, key, val)
+	} else if rev, err = s.leases.Create(ctx, key, val); errors.Is(err, natsjs.ErrKeyExists) {
+		if attempt == 0 {
+			return 0, true, nil // the run exists: the next attempt reads whose it is
+		}
+		// No metadata, yet a lease: a concurrent Create between its lease and its metadata,
+		// or an expired lease whose run is gone.
+		if rev, err = s.takeStrayLease(ctx, key, val); err == nil && rev == 0 {
+			if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
+				return 0, false, fmt.Errorf("create: %w", err)
+			}
+			return 0, true, nil
+		}
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("create: lease: %w", err)
+	}
+	return rev, false, nil
+}
+
+// newWriter returns the writer of a claimed run, before its log is opened.
+func (s *Store) newWriter(key string, info RunInfo, c claim) *Writer {
+	subject, tag := s.subject(info.Principal, info.RunID)
+	return &Writer{
 		s:       s,
 		info:    info,
 		key:     key,
@@ -186,44 +237,31 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 		lost:     make(chan struct{}),
 		done:     make(chan struct{}),
 		wake:     make(chan struct{}, 1),
-		leaseRev: leaseRev,
-		metaRev:  metaRev,
+		leaseRev: c.leaseRev,
+		metaRev:  c.metaRev,
 	}
-	a, err := s.newAcks()
-	if err != nil {
-		return nil, fmt.Errorf("create: %w", err)
-	}
-	w.acks = a
-	// The open record expects an empty subject, and every later publish the previous one's
-	// sequence: writers of older generations are fenced out. A resubmit first purges the
-	// older generation's events; a new run's subject is empty unless events outlived their
-	// metadata (strays), which the open record finds and the purge then drops.
+}
+
+// openLog writes the open record of the writer's generation. The open record expects an
+// empty subject, and every later publish the previous one's sequence: writers of older
+// generations are fenced out. A resubmit (existed) first purges the older generation's
+// events; a new run's subject is empty unless events outlived their metadata (strays), which
+// the open record finds and the purge then drops.
+func (w *Writer) openLog(ctx context.Context, existed bool) error {
 	for purged := false; ; purged = true {
 		if existed || purged {
-			if err := s.stream.Purge(ctx, natsjs.WithPurgeSubject(subject)); err != nil {
-				a.release()
-				return nil, fmt.Errorf("create: purge: %w", err)
+			if err := w.s.stream.Purge(ctx, natsjs.WithPurgeSubject(w.subject)); err != nil {
+				return fmt.Errorf("create: purge: %w", err)
 			}
 		}
 		_, err := w.publish(ctx, nil, ctlOpen)
 		if err == nil {
-			break
+			return nil
 		}
 		if !errors.Is(err, ErrFenced) || existed || purged {
-			a.release()
-			return nil, fmt.Errorf("create: %w", err)
+			return fmt.Errorf("create: %w", err)
 		}
 	}
-	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		a.release()
-		return nil, ErrClosed
-	}
-	s.writers[w] = struct{}{}
-	s.mu.Unlock()
-	go w.loop()
-	return w, nil
 }
 
 // takeStrayLease takes the run's lease when it expired (its run has no metadata) and returns
@@ -265,11 +303,7 @@ func (w *Writer) Append(event []byte, stored func(offset string, err error)) {
 		stored("", fmt.Errorf("append: %w", err))
 		return
 	}
-	p := pending{event: event, stored: stored}
-	if w.s.cfg.Metrics.BatchStored != nil {
-		p.at = time.Now()
-	}
-	w.queue = append(w.queue, p)
+	w.queue = append(w.queue, pending{event: event, stored: stored})
 	n := int64(len(event) + backlogOverhead)
 	w.backlog += n
 	w.s.backlog.Add(n)
@@ -410,9 +444,6 @@ func (w *Writer) loop() {
 				p.stored("", fmt.Errorf("append: %w", err))
 			}
 			continue
-		}
-		if f := w.s.cfg.Metrics.BatchStored; f != nil {
-			f(n, time.Since(batch[0].at))
 		}
 		for i, p := range batch {
 			p.stored(position{gen: w.info.Generation, seq: seq, idx: i, tag: w.tag}.String(), nil)
@@ -617,8 +648,9 @@ func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev,
 }
 
 // abandon stops a writer whose store is closing: pending appends fail with ErrClosed and the
-// lease is released (marked expired) so that a reaper closes the log.
-func (w *Writer) abandon(ctx context.Context) {
+// lease is released (marked expired) so that a reaper closes the log. It returns the
+// release's error: the lease then expires by itself, a LeaseTTL later.
+func (w *Writer) abandon(ctx context.Context) error {
 	w.fail(ErrClosed)
 	w.mu.Lock()
 	w.closing = true
@@ -630,9 +662,13 @@ func (w *Writer) abandon(ctx context.Context) {
 	default:
 	}
 	<-w.done
-	w.s.leases.Update(ctx, w.key, mustJSON(lease{Owner: w.s.cfg.Owner}), rev)
+	if _, err := w.s.leases.Update(ctx, w.key, mustJSON(lease{Owner: w.s.cfg.Owner}), rev); err != nil {
+		return fmt.Errorf("release the lease of %s: %w", w.info.RunID, err)
+	}
+	return nil
 }
 
+// forget drops w from the writers whose leases renewLoop renews and Close releases.
 func (s *Store) forget(w *Writer) {
 	s.mu.Lock()
 	delete(s.writers, w)
@@ -642,9 +678,6 @@ func (s *Store) forget(w *Writer) {
 // renew extends the writer's lease. A lease changed by someone else (the reaper, a resubmit)
 // loses the writer; a transient failure is retried at the next tick.
 func (w *Writer) renew(ctx context.Context) {
-	if w.noRenew.Load() {
-		return
-	}
 	w.mu.Lock()
 	rev, released := w.leaseRev, w.released
 	w.mu.Unlock()
