@@ -56,10 +56,12 @@ func TestIdleAfterTurn(t *testing.T) {
 	fresh := gatewayHeap()
 	g1 := runtime.NumGoroutine()
 	open(true)
-	// The turns' goroutines end after their last event was delivered.
-	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > g1+(g1-g0); {
+	// The turns' goroutines end after their last event was delivered. The slack is for the
+	// NATS server's own, which come and go with its activity (a block's flusher).
+	want := g1 + (g1 - g0) + 16
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > want; {
 		if time.Now().After(deadline) {
-			t.Fatalf("goroutines = %d after the turns, want at most %d (one per socket)", runtime.NumGoroutine(), g1+(g1-g0))
+			t.Fatalf("goroutines = %d after the turns, want at most %d (one per socket)", runtime.NumGoroutine(), want)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
