@@ -41,11 +41,14 @@ type loadConfig struct {
 	TurnTimeout  time.Duration
 	Progress     time.Duration
 	Replay       int
+	ReplayRepeat int
 	JSON         bool
 	MaxResumes   int
 	ReadLimitMiB int
 	Timestamps   bool
 	Stagger      time.Duration
+	IdleAfter    time.Duration
+	SampleEvery  time.Duration
 }
 
 func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
@@ -68,11 +71,14 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.DurationVar(&c.TurnTimeout, "turn-timeout", 2*time.Minute, "a turn not complete after this long is an error")
 	fs.DurationVar(&c.Progress, "progress", time.Second, "interval of the progress line on stderr (0: none)")
 	fs.IntVar(&c.Replay, "replay", 0, "after the turns, replay this many completed runs from their start (?offset=-1) and measure the catch-up rate")
+	fs.IntVar(&c.ReplayRepeat, "replay-repeat", 1, "replay each of the --replay runs this many times; every replay's time from dial to its last event is measured")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON instead of a table")
 	fs.IntVar(&c.MaxResumes, "max-resumes", 20, "resumes allowed per turn before it is an error")
 	fs.IntVar(&c.ReadLimitMiB, "read-limit-mib", 1, "largest frame accepted, in MiB")
 	fs.BoolVar(&c.Timestamps, "timestamps", false, "ask the agent to timestamp its events (forwardedProps.demo.timestamps) and measure their latency from emit to receipt")
 	fs.DurationVar(&c.Stagger, "stagger", 0, "spread the active sockets' first run frames evenly over this long (0: all at once)")
+	fs.DurationVar(&c.IdleAfter, "idle-after", 0, "after the turns, keep every socket open and idle this long, sampling the server's memory (the idle curve)")
+	fs.DurationVar(&c.SampleEvery, "sample-every", 10*time.Second, "interval of the idle curve's samples")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -89,6 +95,10 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
 		return c, errors.New("--tokens must be at least 1")
 	case c.Turns < 0 || c.IntervalMs < 0 || c.Replay < 0 || c.Stagger < 0:
 		return c, errors.New("--turns, --interval-ms, --replay and --stagger must not be negative")
+	case c.IdleAfter < 0 || c.SampleEvery <= 0:
+		return c, errors.New("--idle-after must not be negative, --sample-every must be positive")
+	case c.ReplayRepeat < 1:
+		return c, errors.New("--replay-repeat must be at least 1")
 	case c.Drop < 0 || c.Drop >= 1:
 		return c, errors.New("--drop must be in [0, 1)")
 	case c.SourceIPs < 1 || c.SourceIPs > 254:
@@ -258,6 +268,14 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 	loadWG.Wait()
 	elapsed := time.Since(start)
 	cpu1, self1 := procCPU(cfg.PID), selfCPU()
+	if cfg.IdleAfter > 0 {
+		// The active sockets idle too (their reads answer the heartbeat's pings).
+		for _, s := range socks[:cfg.Active] {
+			idleWG.Add(1)
+			go func() { defer idleWG.Done(); s.idle(idleCtx) }()
+		}
+		rep.IdleCurve = b.idleCurve(ctx, &mem, rep.RSSBaseBytes)
+	}
 	stopIdle()
 	idleWG.Wait()
 	if err := ctx.Err(); err != nil {
@@ -580,8 +598,9 @@ func (s *sock) turn(ctx context.Context, runID string) error {
 	return nil
 }
 
-// replay reads up to n completed runs from their start, one after the other, and measures the
-// catch-up rate.
+// replay reads up to n completed runs from their start, each cfg.ReplayRepeat times, one
+// after the other, and measures the catch-up rate and each replay's time from the start of its
+// dial to the receipt of its last event.
 func (b *bench) replay(ctx context.Context, n int) *replayReport {
 	b.doneRunsMu.Lock()
 	runs := append([]string(nil), b.doneRuns...)
@@ -591,41 +610,82 @@ func (b *bench) replay(ctx context.Context, n int) *replayReport {
 	}
 	s := &sock{b: b, client: b.clients[0], chk: newChecker(b.cfg.Tokens)}
 	rep := &replayReport{}
+	var lat, first []time.Duration
 	start := time.Now()
-	for _, runID := range runs {
-		q := url.Values{"runId": {runID}, "offset": {"-1"}}
-		conn, err := s.dial(ctx, b.cfg.URL+"?"+q.Encode())
-		if err != nil {
-			b.c.fail(fmt.Errorf("replay %s: %w", runID, err))
-			continue
-		}
-		s.chk.reset(b.cfg.Tokens)
-		var reading atomic.Pointer[websocket.Conn]
-		reading.Store(conn)
-		stop := watch(ctx, &reading)
-		for {
-			err := s.read(conn)
+	for range b.cfg.ReplayRepeat {
+		for _, runID := range runs {
+			if ctx.Err() != nil {
+				break
+			}
+			q := url.Values{"runId": {runID}, "offset": {"-1"}}
+			dialed := time.Now()
+			conn, err := s.dial(ctx, b.cfg.URL+"?"+q.Encode())
 			if err != nil {
-				if websocket.CloseStatus(err) != websocket.StatusNormalClosure || !s.chk.done {
-					b.c.fail(fmt.Errorf("replay %s after %d events: %w", runID, s.chk.events, err))
-				}
-				break
-			}
-			if err := s.chk.add(s.offset, &s.ev); err != nil {
 				b.c.fail(fmt.Errorf("replay %s: %w", runID, err))
-				break
+				continue
 			}
-			rep.Events++
+			s.chk.reset(b.cfg.Tokens)
+			var reading atomic.Pointer[websocket.Conn]
+			reading.Store(conn)
+			stop := watch(ctx, &reading)
+			for {
+				err := s.read(conn)
+				if err != nil {
+					if websocket.CloseStatus(err) != websocket.StatusNormalClosure || !s.chk.done {
+						b.c.fail(fmt.Errorf("replay %s after %d events: %w", runID, s.chk.events, err))
+					}
+					break
+				}
+				if err := s.chk.add(s.offset, &s.ev); err != nil {
+					b.c.fail(fmt.Errorf("replay %s: %w", runID, err))
+					break
+				}
+				rep.Events++
+				if s.chk.events == 1 {
+					first = append(first, s.recv.Sub(dialed))
+				}
+				if s.chk.done {
+					lat = append(lat, s.recv.Sub(dialed))
+				}
+			}
+			stop()
+			conn.CloseNow()
+			rep.Runs++
 		}
-		stop()
-		conn.CloseNow()
-		rep.Runs++
 	}
 	rep.Seconds = time.Since(start).Seconds()
 	if rep.Seconds > 0 {
 		rep.EventsPerSec = float64(rep.Events) / rep.Seconds
 	}
+	rep.Latency, rep.FirstLatency = summarize(lat), summarize(first)
 	return rep
+}
+
+// idleCurve samples the server's memory every cfg.SampleEvery for cfg.IdleAfter while every
+// socket idles, the first sample at once.
+func (b *bench) idleCurve(ctx context.Context, mem *memProbe, base int64) []idleSample {
+	var curve []idleSample
+	start := time.Now()
+	t := time.NewTicker(b.cfg.SampleEvery)
+	defer t.Stop()
+	for {
+		x := idleSample{Seconds: time.Since(start).Seconds(), RSSBytes: mem.rss(ctx),
+			HeapInuseBytes:  scrapeGauge(ctx, b.cfg.MetricsURL, "go_memstats_heap_inuse_bytes"),
+			StackInuseBytes: scrapeGauge(ctx, b.cfg.MetricsURL, "go_memstats_stack_inuse_bytes"),
+			Goroutines:      scrapeGauge(ctx, b.cfg.MetricsURL, "go_goroutines")}
+		if base > 0 && x.RSSBytes > 0 {
+			x.RSSPerSocket = float64(x.RSSBytes-base) / float64(b.cfg.Sockets)
+		}
+		curve = append(curve, x)
+		if time.Since(start) >= b.cfg.IdleAfter {
+			return curve
+		}
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			return curve
+		}
+	}
 }
 
 // startProgress prints a progress line every cfg.Progress and samples the server's memory.

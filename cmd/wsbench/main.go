@@ -6,6 +6,8 @@
 //	wsbench raw-jetstream [flags]   the machine's limit: raw JetStream asynchronous publishes,
 //	                                or (--rate) the latency of paced synchronous ones
 //	wsbench raw-websocket [flags]   the machine's limit: raw coder/websocket text frames
+//	wsbench centrifugo [flags]      a catch-up from Centrifugo's channel history, beside the
+//	                                gateway's replay (bench/run shortcatchup)
 //	wsbench table RESULTS_DIR       the side-by-side table of bench/run's JSON results
 //
 // A load run opens --sockets conversation sockets (from --source-ips loopback addresses, so
@@ -66,10 +68,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return rawJetStreamMain(ctx, args[1:], stdout, stderr)
 		case "raw-websocket":
 			return rawWebSocketMain(ctx, args[1:], stdout, stderr)
+		case "centrifugo":
+			return centrifugoMain(ctx, args[1:], stdout, stderr)
 		case "table":
 			return tableMain(args[1:], stdout, stderr)
 		case "help", "-h", "--help":
-			fmt.Fprintln(stderr, "usage: wsbench [flags] | wsbench raw-jetstream [flags] | wsbench raw-websocket [flags] | wsbench table DIR")
+			fmt.Fprintln(stderr, "usage: wsbench [flags] | wsbench raw-jetstream [flags] | wsbench raw-websocket [flags] | wsbench centrifugo [flags] | wsbench table DIR")
 			fmt.Fprintln(stderr, "run a subcommand with -h for its flags")
 			return 0
 		}

@@ -55,6 +55,19 @@ type report struct {
 	Goroutines         int64   `json:"goroutinesIdle"`
 
 	Replay *replayReport `json:"replay,omitempty"`
+	// IdleCurve samples the server's memory while every socket idles after the turns
+	// (--idle-after).
+	IdleCurve []idleSample `json:"idleCurve,omitempty"`
+}
+
+// idleSample is the server's memory Seconds after the turns ended.
+type idleSample struct {
+	Seconds         float64 `json:"seconds"`
+	RSSBytes        int64   `json:"rssBytes"`
+	RSSPerSocket    float64 `json:"rssBytesPerSocket"`
+	HeapInuseBytes  int64   `json:"heapInuseBytes,omitempty"`
+	StackInuseBytes int64   `json:"stackInuseBytes,omitempty"`
+	Goroutines      int64   `json:"goroutines,omitempty"`
 }
 
 // replayReport is the catch-up of completed runs read from their start.
@@ -63,6 +76,10 @@ type replayReport struct {
 	Events       int64   `json:"events"`
 	Seconds      float64 `json:"seconds"`
 	EventsPerSec float64 `json:"eventsPerSec"`
+	// Latency is each replay's time from the start of its dial to its last event.
+	Latency *percentiles `json:"latency,omitempty"`
+	// FirstLatency is each replay's time from the start of its dial to its first event.
+	FirstLatency *percentiles `json:"firstLatency,omitempty"`
 }
 
 // percentiles are latencies in milliseconds.
@@ -123,8 +140,14 @@ func (r *report) writeTable(w io.Writer) {
 	if r.Goroutines > 0 {
 		row("server goroutines (idle)", "%d", r.Goroutines)
 	}
+	for _, x := range r.IdleCurve {
+		row(fmt.Sprintf("idle after turns, %3.0f s", x.Seconds), "RSS %s, %.1f KiB per socket; heap %s, stacks %s, %d goroutines",
+			mib(x.RSSBytes), x.RSSPerSocket/1024, mib(x.HeapInuseBytes), mib(x.StackInuseBytes), x.Goroutines)
+	}
 	if r.Replay != nil {
 		row("replay from start", "%d runs, %d events in %.2f s: %.0f events/s", r.Replay.Runs, r.Replay.Events, r.Replay.Seconds, r.Replay.EventsPerSec)
+		row("replay dial → first event", "%s", r.Replay.FirstLatency)
+		row("replay dial → last event", "%s", r.Replay.Latency)
 	}
 }
 

@@ -195,6 +195,33 @@ func (r *results) write(w io.Writer) {
 	a, na = median(r.load["catchup.gateway"], cu)
 	b, nb = median(r.load["catchup.reference"], cu)
 	row("resume catch-up of a 100,000-event log, events/s", num(a, na, "%.0f"), num(b, nb, "%.0f"), ratio(a, b, na, nb), "≥ 100,000")
+	for _, q := range []int{50, 99} {
+		f := func(x *report) float64 {
+			if x.Replay == nil {
+				return nan
+			}
+			return pct(x.Replay.Latency, q)
+		}
+		a, na := median(r.load["shortcatchup.gateway"], f)
+		b, nb := median(r.load["shortcatchup.centrifugo"], f)
+		row(fmt.Sprintf("short catch-up, 1,000 events, dial → last event p%d (ms); reference column: Centrifugo", q),
+			num(a, na, "%.2f"), num(b, nb, "%.2f"), ratio(a, b, na, nb), "p50 ≤ Centrifugo's")
+	}
+	for _, at := range []float64{10, 60, 120, 180} {
+		f := func(x *report) float64 {
+			for _, s := range x.IdleCurve {
+				if s.Seconds >= at-1 {
+					return s.RSSPerSocket / 1024
+				}
+			}
+			return nan
+		}
+		a, na := median(r.load["idlecurve.gateway"], f)
+		b, nb := median(r.load["idlecurve.reference"], f)
+		if na+nb > 0 {
+			row(fmt.Sprintf("RSS per socket %.0f s after one turn each (KiB)", at), num(a, na, "%.1f"), num(b, nb, "%.1f"), ratio(a, b, na, nb), "the fresh figure, and below reference")
+		}
+	}
 	rs, nrs := median(r.load["drops.gateway"], func(x *report) float64 { return float64(x.Resumes) })
 	e, ne := median(r.load["drops.gateway"], errs)
 	row("random drops: resumes; errors", num(rs, nrs, "%.0f")+"; "+num(e, ne, "%.0f"), "", "", "0 errors")

@@ -1,0 +1,156 @@
+package conversation_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wsgateway/wsgateway/heartbeat"
+)
+
+// TestIdleAfterTurn checks that a socket idle again after a turn holds no more of the
+// gateway's heap than a socket that never carried one: whatever a turn allocates (its
+// queue, buffers, the registry's slot, the writer's batch) is released when it ends. The
+// figure is the heap in use of the gateway's own allocations, read from the heap profile at
+// every allocation (runtime.MemProfileRate = 1): what the embedded NATS server keeps of a
+// run (its log, for resumes, until retention) and what the test's raw clients hold are left
+// out. It counts bytes, not time, so a busy machine does not change it.
+func TestIdleAfterTurn(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens hundreds of sockets")
+	}
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	t.Cleanup(func() { runtime.MemProfileRate = rate })
+	const n = 200
+	e := newEnv(t, envOptions{heartbeat: heartbeat.Config{Interval: time.Hour, IdleTimeout: time.Hour}, maxSockets: 1 << 30})
+	addr := strings.TrimPrefix(e.http.URL, "http://")
+	var conns []net.Conn
+	t.Cleanup(func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	open := func(turn bool) {
+		for i := range n {
+			c, br := rawSocket(t, addr)
+			conns = append(conns, c)
+			if !turn {
+				continue
+			}
+			if _, err := c.Write(maskedText(runFrame(fmt.Sprintf("idle-after-turn-%d", i), script{Tokens: 5}))); err != nil {
+				t.Fatalf("run frame: %v", err)
+			}
+			readUntil(t, c, br, []byte("RUN_FINISHED"))
+		}
+	}
+	base := gatewayHeap()
+	g0 := runtime.NumGoroutine()
+	open(false)
+	fresh := gatewayHeap()
+	g1 := runtime.NumGoroutine()
+	open(true)
+	// The turns' goroutines end after their last event was delivered. The slack is for the
+	// NATS server's own, which come and go with its activity (a block's flusher).
+	want := g1 + (g1 - g0) + 16
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > want; {
+		if time.Now().After(deadline) {
+			t.Fatalf("goroutines = %d after the turns, want at most %d (one per socket)", runtime.NumGoroutine(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	used := gatewayHeap()
+	perFresh, perUsed := (fresh-base)/n, (used-fresh)/n
+	t.Logf("gateway heap per idle socket: fresh %d bytes, after a turn %d bytes", perFresh, perUsed)
+	if perUsed > perFresh+1024 {
+		t.Errorf("gateway heap per idle socket after a turn = %d bytes, want at most %d (fresh %d + 1024)", perUsed, perFresh+1024, perFresh)
+	}
+}
+
+// rawSocket opens a conversation socket from a bare TCP connection, which holds no
+// goroutine or buffer of its own beyond the returned reader.
+func rawSocket(t testing.TB, addr string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatalf("Dial() = %v", err)
+	}
+	fmt.Fprintf(c, "GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", addr)
+	br := bufio.NewReaderSize(c, 512)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil || resp.StatusCode != http.StatusSwitchingProtocols {
+		c.Close()
+		t.Fatalf("handshake = %v, %v", resp, err)
+	}
+	return c, br
+}
+
+// maskedText returns a client's text frame of payload (shorter than 64 KiB), masked with a
+// zero key.
+func maskedText(payload []byte) []byte {
+	b := []byte{0x81, 0x80 | 126, byte(len(payload) >> 8), byte(len(payload)), 0, 0, 0, 0}
+	if len(payload) < 126 {
+		b = []byte{0x81, 0x80 | byte(len(payload)), 0, 0, 0, 0}
+	}
+	return append(b, payload...)
+}
+
+// readUntil reads the socket's bytes until they contain want, within 10s.
+func readUntil(t testing.TB, c net.Conn, br *bufio.Reader, want []byte) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	defer c.SetReadDeadline(time.Time{})
+	var got []byte
+	buf := make([]byte, 4096)
+	for !bytes.Contains(got, want) {
+		k, err := br.Read(buf)
+		if err != nil {
+			t.Fatalf("reading until %s: %v after %q", want, err, got)
+		}
+		got = append(got, buf[:k]...)
+	}
+}
+
+// gatewayHeap returns the heap in use, after two collections, of the allocations whose stack
+// is the gateway's: neither the embedded NATS server's nor this package's test code.
+func gatewayHeap() int64 {
+	runtime.GC()
+	runtime.GC()
+	var recs []runtime.MemProfileRecord
+	for {
+		n, ok := runtime.MemProfile(recs, false)
+		if ok {
+			recs = recs[:n]
+			break
+		}
+		recs = make([]runtime.MemProfileRecord, n+256)
+	}
+	var sum int64
+	for i := range recs {
+		if own(recs[i].Stack()) {
+			sum += recs[i].InUseBytes()
+		}
+	}
+	return sum
+}
+
+// own reports whether an allocation's stack is the gateway's.
+func own(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/nats-io/nats-server/") || strings.Contains(f.Function, "conversation_test.") {
+			return false
+		}
+		if !more {
+			return true
+		}
+	}
+}
