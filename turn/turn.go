@@ -150,7 +150,7 @@ type Limits struct {
 	IdleTimeout time.Duration
 }
 
-// orDefaults returns l with its zero fields taken from d, else from the package defaults.
+// orDefaults returns l with its zero fields taken from the package defaults.
 func (l Limits) orDefaults() Limits {
 	return Limits{
 		MaxEvents:     orDefault(l.MaxEvents, DefaultMaxEvents),
@@ -530,7 +530,6 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 				t.log.Info("agent output refused", slog.String(keyErr, violation.Error()))
 				return metrics.OutcomeProtocolViolation, CodeViolation, violation.Error()
 			case limit != nil:
-				// metrics has no outcome of its own for a limit yet: the agent's output is at fault.
 				t.log.Info("agent output over a limit", slog.String(keyErr, limit.Error()))
 				return metrics.OutcomeLimitExceeded, CodeLimitExceeded, strings.TrimPrefix(limit.Error(), ErrLimit.Error()+": ")
 			case err != nil:
