@@ -120,43 +120,18 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 			return nil, err
 		}
 	}
-	info, err := s.lookup(ctx, principal, runID)
 	// A join may precede the run's creation; a resume from an offset of this stream may be
 	// served by a bucket replica that has not applied the run's metadata yet (KV gets are
 	// direct gets): both wait up to JoinWait for the run to appear.
-	if errors.Is(err, ErrUnknownRun) && ((after == FromStart && !snapshot) || (after != FromNow && pos.tag == offsetTag(s.epoch, logKey(principal, runID)))) {
-		deadline := time.Now().Add(s.cfg.JoinWait)
-		for errors.Is(err, ErrUnknownRun) && time.Now().Before(deadline) {
-			if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
-				return nil, err
-			}
-			info, err = s.lookup(ctx, principal, runID)
-		}
-	}
+	wait := (after == FromStart && !snapshot) || (after != FromNow && pos.tag == offsetTag(s.epoch, logKey(principal, runID)))
+	info, err := s.awaitRun(ctx, principal, runID, wait)
 	if err != nil {
 		return nil, err
 	}
 	subject, tag := s.subject(principal, runID)
-	var last *natsjs.RawStreamMsg
-	for attempt := 0; ; attempt++ {
-		if last, err = s.lastMsg(ctx, subject); err != nil {
-			return nil, err
-		}
-		if last == nil || msgGen(last.Header) <= info.Generation || attempt == 3 {
-			break
-		}
-		// A resubmit wrote after our metadata read: read the metadata again.
-		if info, err = s.lookup(ctx, principal, runID); err != nil {
-			return nil, err
-		}
-	}
-	switch {
-	case last != nil && msgGen(last.Header) > info.Generation:
-		return nil, ErrInvalidOffset
-	case last != nil && msgGen(last.Header) < info.Generation:
-		last = nil // a resubmit is between its metadata update and its purge
-	case last == nil && info.State == RunClosed:
-		return nil, ErrUnknownRun // aged out
+	info, last, err := s.lastOfGeneration(ctx, principal, runID, subject, info)
+	if err != nil {
+		return nil, err
 	}
 	r := &Reader{s: s, subject: subject, tag: tag, gen: info.Generation, after: after}
 	if snapshot {
@@ -166,57 +141,120 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 		}
 		r.stopAt = last.Sequence
 	}
-	var start uint64 = 1
 	switch after {
 	case FromStart:
+		r.next = 1
 	case FromNow:
-		if last != nil {
-			if last.Header.Get(hdrCtl) == ctlClose {
-				r.eof = true
-				return r, nil
-			}
-			start = last.Sequence + 1
-			r.after = FromStart // the log holds no event yet
-			if last.Header.Get(hdrCtl) == "" {
-				if events, err := decodeBatch(last.Data); err == nil && len(events) > 0 {
-					r.after = position{gen: info.Generation, seq: last.Sequence, idx: len(events) - 1, tag: tag}.String()
-				}
-			}
-		} else {
-			r.after = FromStart
-		}
+		r.startAtTail(last)
 	default:
-		if pos.tag != tag || pos.gen != info.Generation {
-			return nil, ErrInvalidOffset
-		}
-		m, err := s.stream.GetMsg(ctx, pos.seq)
-		if errors.Is(err, natsjs.ErrMsgNotFound) {
-			return nil, ErrInvalidOffset
-		}
-		if err != nil {
+		if err := r.startAfter(ctx, pos); err != nil {
 			return nil, err
 		}
-		if m.Subject != subject || m.Header.Get(hdrCtl) != "" || msgGen(m.Header) != pos.gen {
-			return nil, ErrInvalidOffset
-		}
-		events, err := decodeBatch(m.Data)
-		if err != nil || pos.idx >= len(events) {
-			return nil, ErrInvalidOffset
-		}
-		r.queue(m.Sequence, events[pos.idx+1:], pos.idx+1)
-		start = m.Sequence + 1
-		if r.stopAt != 0 && m.Sequence >= r.stopAt {
-			r.eof = true
-			return r, nil
-		}
 	}
-	r.next = start
+	if r.eof {
+		return r, nil
+	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
 	if err := r.follow(ctx); err != nil {
 		r.cancel()
 		return nil, err
 	}
 	return r, nil
+}
+
+// awaitRun returns the run's metadata; with wait, an unknown run is looked up again for up
+// to JoinWait.
+func (s *Store) awaitRun(ctx context.Context, principal, runID string, wait bool) (RunInfo, error) {
+	info, err := s.lookup(ctx, principal, runID)
+	if !wait || !errors.Is(err, ErrUnknownRun) {
+		return info, err
+	}
+	deadline := time.Now().Add(s.cfg.JoinWait)
+	for errors.Is(err, ErrUnknownRun) && time.Now().Before(deadline) {
+		if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
+			return RunInfo{}, err
+		}
+		info, err = s.lookup(ctx, principal, runID)
+	}
+	return info, err
+}
+
+// lastOfGeneration returns the run's metadata and the last message of its generation on
+// subject (nil when the generation holds none yet): ErrInvalidOffset when a resubmit keeps
+// writing past the metadata read, ErrUnknownRun for a closed run whose log aged out.
+func (s *Store) lastOfGeneration(ctx context.Context, principal, runID, subject string, info RunInfo) (RunInfo, *natsjs.RawStreamMsg, error) {
+	var last *natsjs.RawStreamMsg
+	var err error
+	for attempt := 0; ; attempt++ {
+		if last, err = s.lastMsg(ctx, subject); err != nil {
+			return info, nil, err
+		}
+		if last == nil || msgGen(last.Header) <= info.Generation || attempt == 3 {
+			break
+		}
+		// A resubmit wrote after our metadata read: read the metadata again.
+		if info, err = s.lookup(ctx, principal, runID); err != nil {
+			return info, nil, err
+		}
+	}
+	switch {
+	case last != nil && msgGen(last.Header) > info.Generation:
+		return info, nil, ErrInvalidOffset
+	case last != nil && msgGen(last.Header) < info.Generation:
+		last = nil // a resubmit is between its metadata update and its purge
+	case last == nil && info.State == RunClosed:
+		return info, nil, ErrUnknownRun // aged out
+	}
+	return info, last, nil
+}
+
+// startAtTail makes a FromNow reader start after last, the log's last message (nil: none):
+// at the end already when last is the close record. It resolves r.after to the last
+// event's offset, or FromStart when the log holds none.
+func (r *Reader) startAtTail(last *natsjs.RawStreamMsg) {
+	r.next, r.after = 1, FromStart
+	if last == nil {
+		return
+	}
+	if last.Header.Get(hdrCtl) == ctlClose {
+		r.eof = true
+		return
+	}
+	r.next = last.Sequence + 1
+	if last.Header.Get(hdrCtl) == "" {
+		if events, err := decodeBatch(last.Data); err == nil && len(events) > 0 {
+			r.after = position{gen: r.gen, seq: last.Sequence, idx: len(events) - 1, tag: r.tag}.String()
+		}
+	}
+}
+
+// startAfter makes r start strictly after the minted offset pos: the rest of pos's batch is
+// queued, and the consumer starts at the next message. An offset of another run or
+// generation, of no stored event, or past the end is ErrInvalidOffset.
+func (r *Reader) startAfter(ctx context.Context, pos position) error {
+	if pos.tag != r.tag || pos.gen != r.gen {
+		return ErrInvalidOffset
+	}
+	m, err := r.s.stream.GetMsg(ctx, pos.seq)
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return ErrInvalidOffset
+	}
+	if err != nil {
+		return err
+	}
+	if m.Subject != r.subject || m.Header.Get(hdrCtl) != "" || msgGen(m.Header) != pos.gen {
+		return ErrInvalidOffset
+	}
+	events, err := decodeBatch(m.Data)
+	if err != nil || pos.idx >= len(events) {
+		return ErrInvalidOffset
+	}
+	r.queue(m.Sequence, events[pos.idx+1:], pos.idx+1)
+	r.next = m.Sequence + 1
+	if r.stopAt != 0 && m.Sequence >= r.stopAt {
+		r.eof = true
+	}
+	return nil
 }
 
 // readerInactiveThreshold is how long the server keeps a reader's consumer once nobody pulls
