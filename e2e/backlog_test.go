@@ -18,7 +18,7 @@ import (
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 )
 
-var outageFull = flag.Bool("outage-full", false, "run TestBacklogDuringOutage at full size (200 turns, a 20s outage, the default bounds; the README's figure) instead of its CI version")
+var outageFull = flag.Bool("outage-full", false, "run TestBacklogDuringOutage at full size (200 turns, a 20s outage, the default bounds; the figure of docs/SECURITY.md) instead of its CI version")
 
 // TestBacklogDuringOutage: turns at full speed while JetStream is unreachable (a proxy
 // between the gateway and NATS refuses every connection). The gateway's memory stays bounded
@@ -27,7 +27,7 @@ var outageFull = flag.Bool("outage-full", false, "run TestBacklogDuringOutage at
 //
 // The CI version runs 24 turns through a 4s outage with small bounds (4 MiB in all, where
 // the turns would otherwise buffer some 300 MiB); -outage-full runs 200
-// turns through 20s with the defaults, and prints the peak RSS the README quotes.
+// turns through 20s with the defaults, and prints the peak RSS docs/SECURITY.md quotes.
 func TestBacklogDuringOutage(t *testing.T) {
 	turns, tokens, outage := 24, 40000, 4*time.Second
 	if raceEnabled {

@@ -56,7 +56,7 @@ type serveConfig struct {
 	logFormat       string
 	logLevel        string
 
-	// Security (README "Security").
+	// Security (docs/SECURITY.md).
 	auth             string // authNone or authJWT
 	jwtSecretEnv     string // name of the environment variable holding the HS256 secret
 	jwtKeyFile       string
@@ -89,7 +89,7 @@ type serveConfig struct {
 	runFrameRate     float64
 	runFrameBurst    int
 
-	// The agui and openai agents (README "Agents").
+	// The agui and openai agents (docs/AGENTS.md).
 	agentHeader         http.Header // --agent-header, repeatable
 	agentForward        []string    // canonical header names
 	agentConnectTimeout time.Duration
@@ -100,7 +100,7 @@ type serveConfig struct {
 	agentAPIKeyEnv      string
 	agentAPIKey         string // the value of agentAPIKeyEnv; never logged
 
-	// Durable Streams (README "Durable Streams").
+	// Durable Streams (docs/TRANSPORTS.md).
 	durablePath     string // empty: off
 	durableAltPath  string // the TanStack adapter's shape; empty: off
 	durableLongPoll time.Duration

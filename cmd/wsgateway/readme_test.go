@@ -8,10 +8,11 @@ import (
 	"testing"
 )
 
-// TestReadmeFlagsTable keeps the README's flags table equal to the command line: every flag
-// with its environment variable and default, and no row for a flag that does not exist.
+// TestReadmeFlagsTable keeps the flags table of docs/CONFIGURATION.md equal to the command
+// line: every flag with its environment variable and default, and no row for a flag that
+// does not exist.
 func TestReadmeFlagsTable(t *testing.T) {
-	b, err := os.ReadFile(filepath.Join("..", "..", "README.md"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "CONFIGURATION.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -27,23 +28,23 @@ func TestReadmeFlagsTable(t *testing.T) {
 		known[f.name] = true
 		r, ok := rows[f.name]
 		if !ok {
-			t.Errorf("README flags table has no row for --%s", f.name)
+			t.Errorf("docs/CONFIGURATION.md flags table has no row for --%s", f.name)
 			continue
 		}
 		if r[0] != f.env() {
-			t.Errorf("README: --%s has environment %s, want %s", f.name, r[0], f.env())
+			t.Errorf("docs/CONFIGURATION.md: --%s has environment %s, want %s", f.name, r[0], f.env())
 		}
 		def := strings.TrimSpace(r[1])
 		if f.def != "" && def != "`"+f.def+"`" {
-			t.Errorf("README: --%s has default %s, want `%s`", f.name, def, f.def)
+			t.Errorf("docs/CONFIGURATION.md: --%s has default %s, want `%s`", f.name, def, f.def)
 		}
 		if f.def == "" && strings.Contains(def, "`") {
-			t.Errorf("README: --%s has default %s, want none", f.name, def)
+			t.Errorf("docs/CONFIGURATION.md: --%s has default %s, want none", f.name, def)
 		}
 	}
 	for name := range rows {
 		if !known[name] {
-			t.Errorf("README flags table lists --%s, which wsgateway serve does not have", name)
+			t.Errorf("docs/CONFIGURATION.md flags table lists --%s, which wsgateway serve does not have", name)
 		}
 	}
 }

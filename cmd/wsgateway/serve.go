@@ -170,7 +170,7 @@ func (g *gateway) openStore(ctx context.Context) error {
 		Retention: cfg.retention,
 		LeaseTTL:  cfg.leaseTTL,
 		Logger:    g.log,
-		// The bounds of what waits to be stored (README "Security").
+		// The bounds of what waits to be stored (docs/SECURITY.md).
 		MaxRunBacklog: cfg.maxRunBacklog,
 		MaxBacklog:    cfg.maxBacklog,
 		Metrics:       &jetstream.Metrics{RunReaped: g.m.RunReaped},
@@ -221,7 +221,7 @@ func (g *gateway) build(ctx context.Context) error {
 		TurnLimits:     runLimits(cfg),
 		TurnContext:    clientHeaders(cfg.agentForward),
 
-		// Per-socket and per-principal limits (README "Security").
+		// Per-socket and per-principal limits (docs/SECURITY.md).
 		MaxTurnsPerSocket:      cfg.maxSocketTurns,
 		MaxSocketsPerPrincipal: cfg.maxPrincipalSock,
 		RunFrameRate:           cfg.runFrameRate,
@@ -260,7 +260,7 @@ func (g *gateway) build(ctx context.Context) error {
 	return nil
 }
 
-// routes returns the gateway's endpoints (README "Endpoints") and the Durable Streams
+// routes returns the gateway's endpoints (README.md, Endpoints) and the Durable Streams
 // handler, nil when --durable-path is empty.
 func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (string, error)) (*http.ServeMux, *durable.Handler, error) {
 	cfg, conv, store := g.cfg, g.conv, g.store
@@ -421,7 +421,7 @@ func newAgent(cfg serveConfig) (turn.Agent, error) {
 	return newUpstreamAgent(cfg)
 }
 
-// mountDurable serves the Durable Streams protocol (README "Durable Streams") on mux, on the
+// mountDurable serves the Durable Streams protocol (docs/TRANSPORTS.md) on mux, on the
 // run log's NATS, unless --durable-path is empty.
 func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, store *jetstream.Store, principal func(*http.Request) (string, error), log *slog.Logger) (*durable.Handler, error) {
 	if cfg.durablePath == "" {
