@@ -253,6 +253,12 @@ func (c *natsCluster) node(tb testing.TB, name string) *natsNode {
 // streamLeader returns the node leading the gateways' run-log stream.
 func (c *natsCluster) streamLeader(tb testing.TB, ctx context.Context) *natsNode {
 	tb.Helper()
+	return c.leaderOf(tb, ctx, runStream)
+}
+
+// leaderOf returns the node leading a stream of the gateways, which has 3 replicas.
+func (c *natsCluster) leaderOf(tb testing.TB, ctx context.Context, stream string) *natsNode {
+	tb.Helper()
 	nc, err := nats.Connect(c.URLs, nats.Name("e2e"))
 	if err != nil {
 		tb.Fatalf("connect to the cluster: %v", err)
@@ -262,16 +268,16 @@ func (c *natsCluster) streamLeader(tb testing.TB, ctx context.Context) *natsNode
 	if err != nil {
 		tb.Fatal(err)
 	}
-	st, err := js.Stream(ctx, runStream)
+	st, err := js.Stream(ctx, stream)
 	if err != nil {
-		tb.Fatalf("stream %s: %v", runStream, err)
+		tb.Fatalf("stream %s: %v", stream, err)
 	}
 	info := st.CachedInfo()
 	if info.Cluster == nil || info.Cluster.Leader == "" {
-		tb.Fatalf("stream %s has no leader: %+v", runStream, info.Cluster)
+		tb.Fatalf("stream %s has no leader: %+v", stream, info.Cluster)
 	}
 	if len(info.Cluster.Replicas) != 2 {
-		tb.Errorf("stream %s has %d replicas besides its leader, want 2 (--replicas 3)", runStream, len(info.Cluster.Replicas))
+		tb.Errorf("stream %s has %d replicas besides its leader, want 2 (--replicas 3)", stream, len(info.Cluster.Replicas))
 	}
 	return c.node(tb, info.Cluster.Leader)
 }

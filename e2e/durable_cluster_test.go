@@ -13,9 +13,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	nats "github.com/nats-io/nats.go"
-	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
 // dsStream is the gateway's default Durable Streams stream (durable.Config.Stream).
@@ -126,7 +123,7 @@ func TestClusterDurableLeaderKilled(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	leader := dsLeader(t, ctx, top.NATS)
+	leader := top.NATS.leaderOf(t, ctx, dsStream)
 	leader.kill(t, syscall.SIGKILL)
 	t.Logf("killed %s, the leader of %s, after %d appends", leader.Name, dsStream, acked.Load())
 	wg.Wait()
@@ -172,30 +169,4 @@ func TestClusterDurableLeaderKilled(t *testing.T) {
 			}
 		}
 	}
-}
-
-// dsLeader returns the node leading the gateways' Durable Streams stream.
-func dsLeader(tb testing.TB, ctx context.Context, c *natsCluster) *natsNode {
-	tb.Helper()
-	nc, err := nats.Connect(c.URLs, nats.Name("e2e"))
-	if err != nil {
-		tb.Fatalf("connect to the cluster: %v", err)
-	}
-	defer nc.Close()
-	js, err := natsjs.New(nc)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	st, err := js.Stream(ctx, dsStream)
-	if err != nil {
-		tb.Fatalf("stream %s: %v", dsStream, err)
-	}
-	info := st.CachedInfo()
-	if info.Cluster == nil || info.Cluster.Leader == "" {
-		tb.Fatalf("stream %s has no leader: %+v", dsStream, info.Cluster)
-	}
-	if len(info.Cluster.Replicas) != 2 {
-		tb.Errorf("stream %s has %d replicas besides its leader, want 2 (--replicas 3)", dsStream, len(info.Cluster.Replicas))
-	}
-	return c.node(tb, info.Cluster.Leader)
 }

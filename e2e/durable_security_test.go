@@ -2,15 +2,8 @@ package e2e
 
 import (
 	"bytes"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -18,18 +11,7 @@ import (
 // TestDurableAuth: with --auth jwt a Durable Stream belongs to its token's principal, a
 // request without a token is refused 401, and a body over --durable-max-body 413.
 func TestDurableAuth(t *testing.T) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemFile := filepath.Join(t.TempDir(), "jwt-public.pem")
-	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key, pemFile := newJWTKey(t)
 	gw := &secGateway{gateway: startGateway(t, "--auth", "jwt", "--jwt-key-file", pemFile,
 		"--jwt-audience", secAudience, "--jwt-issuer", secIssuer, "--durable-max-body", "4KiB"), key: key}
 	url := gw.URL + "/v1/stream/notes"

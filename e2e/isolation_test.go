@@ -3,18 +3,11 @@ package e2e
 import (
 	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,18 +24,7 @@ import (
 func TestRunIsolationAcrossGateways(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKIXPublicKey(&key.PublicKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemFile := filepath.Join(t.TempDir(), "jwt-public.pem")
-	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	key, pemFile := newJWTKey(t)
 	flags := []string{"--auth", "jwt", "--jwt-key-file", pemFile, "--jwt-audience", secAudience, "--jwt-issuer", secIssuer,
 		"--lease-ttl", "3s"}
 	a := &secGateway{gateway: startGateway(t, flags...), key: key, pemFile: pemFile}

@@ -63,7 +63,9 @@ type secGateway struct {
 	pemFile string
 }
 
-func startSecGateway(tb testing.TB) *secGateway {
+// newJWTKey returns a P-256 key that signs test tokens and a PEM file of its public key,
+// for --jwt-key-file.
+func newJWTKey(tb testing.TB) (*ecdsa.PrivateKey, string) {
 	tb.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -77,6 +79,12 @@ func startSecGateway(tb testing.TB) *secGateway {
 	if err := os.WriteFile(pemFile, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), 0o600); err != nil {
 		tb.Fatal(err)
 	}
+	return key, pemFile
+}
+
+func startSecGateway(tb testing.TB) *secGateway {
+	tb.Helper()
+	key, pemFile := newJWTKey(tb)
 	gw := startGateway(tb,
 		"--auth", "jwt", "--jwt-key-file", pemFile, "--jwt-audience", secAudience, "--jwt-issuer", secIssuer,
 		"--allowed-origins", secOrigin,
