@@ -219,3 +219,32 @@ func BenchmarkRawReplay(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N*replayEvents)/time.Since(start).Seconds(), "events/s")
 }
+
+// BenchmarkTurnStart measures a new run's start as a turn sees it: Create, then its first
+// event (the run.accepted marker) stored, one run after another. Its p50 and p99 are the
+// time to the first event a client can receive.
+func BenchmarkTurnStart(b *testing.B) {
+	s, _ := benchStore(b)
+	ctx := context.Background()
+	lat := make([]time.Duration, 0, b.N)
+	stored := make(chan error, 1)
+	b.ResetTimer()
+	for i := range b.N {
+		start := time.Now()
+		w, err := s.Create(ctx, "bench", fmt.Sprintf("start-%d", i), "t")
+		if err != nil {
+			b.Fatal(err)
+		}
+		w.Append(benchEvent, func(_ string, err error) { stored <- err })
+		if err := <-stored; err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		b.StopTimer()
+		w.Close(ctx)
+		b.StartTimer()
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+}

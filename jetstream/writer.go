@@ -93,29 +93,92 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 		return nil, ErrClosed
 	}
 	key := runKey(runID)
-	info := RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Owner: s.cfg.Owner, State: RunOpen}
-	c, err := s.claimRun(ctx, key, &info)
+	info := RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Owner: s.cfg.Owner, State: RunOpen,
+		Generation: 1, Created: time.Now().UTC()}
+	a, err := s.newAcks()
 	if err != nil {
-		return nil, err
-	}
-	w := s.newWriter(key, info, c)
-	if w.acks, err = s.newAcks(); err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
-	if err := w.openLog(ctx, c.existed); err != nil {
-		w.acks.release()
+	w, opened, existed, err := s.createNew(ctx, key, info, a)
+	if errors.Is(err, errRunExists) {
+		// The run exists (a resubmit, or another principal's), or its key is being
+		// created: claim it step by step, reading it first.
+		var c claim
+		if c, err = s.claimRun(ctx, key, &info, 1); err == nil {
+			w = s.newWriter(key, info, c)
+			w.acks = a
+			existed = c.existed
+		}
+	}
+	if err == nil && !opened {
+		err = w.openLog(ctx, existed)
+	}
+	if err != nil {
+		a.release()
 		return nil, err
 	}
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
-		w.acks.release()
+		a.release()
 		return nil, ErrClosed
 	}
 	s.writers[w] = struct{}{}
 	s.mu.Unlock()
 	go w.loop()
 	return w, nil
+}
+
+// errRunExists is createNew's answer for a run whose key holds a lease or metadata.
+var errRunExists = errors.New("jetstream: run exists")
+
+// createNew starts a new run, the common case, in one round trip: it writes the lease, the
+// metadata (generation 1) and the open record at once, each only where none is (KV creates,
+// and an open record that expects an empty subject). When the run's key holds a lease or
+// metadata already, it takes back the lease and metadata it wrote and answers errRunExists;
+// an open record it stored stays on the caller's own subject (principal and runId) as a
+// stray, which the run's next open record finds and purges. opened reports the open record
+// stored; a new run whose subject holds strays gets it from openLog.
+func (s *Store) createNew(ctx context.Context, key string, info RunInfo, a *acks) (w *Writer, opened, existed bool, err error) {
+	w = s.newWriter(key, info, claim{})
+	w.acks = a
+	val := mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation})
+	var leaseErr, metaErr, openErr error
+	var wg sync.WaitGroup
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		w.leaseRev, leaseErr = s.leases.Create(ctx, key, val)
+	}()
+	go func() {
+		defer wg.Done()
+		w.metaRev, metaErr = s.meta.Create(ctx, key, mustJSON(info))
+	}()
+	go func() {
+		defer wg.Done()
+		_, openErr = w.publish(ctx, nil, ctlOpen)
+	}()
+	wg.Wait()
+	if leaseErr == nil && metaErr == nil {
+		switch {
+		case openErr == nil:
+			return w, true, false, nil
+		case errors.Is(openErr, ErrFenced):
+			return w, false, false, nil // strays on the subject: openLog purges them
+		}
+		return nil, false, false, fmt.Errorf("create: %w", openErr)
+	}
+	// Take back what this attempt created: the run's key is someone else's, or being created.
+	if leaseErr == nil {
+		s.leases.Delete(ctx, key, natsjs.LastRevision(w.leaseRev))
+	}
+	if metaErr == nil {
+		s.meta.Delete(ctx, key, natsjs.LastRevision(w.metaRev))
+	}
+	if errors.Is(leaseErr, natsjs.ErrKeyExists) || isWrongLastSeq(leaseErr) || errors.Is(metaErr, natsjs.ErrKeyExists) || isWrongLastSeq(metaErr) {
+		return nil, false, false, errRunExists
+	}
+	return nil, false, false, fmt.Errorf("create: %w", errors.Join(leaseErr, metaErr))
 }
 
 // claim is what claimRun took: the revisions of the run's lease and metadata, and whether
@@ -126,12 +189,13 @@ type claim struct {
 }
 
 // claimRun takes the run's lease and writes its metadata for a new generation (info's
-// Generation and Created), unless the run is another principal's (ErrForbidden). Nothing is
+// Generation and Created), unless the run is another principal's (ErrForbidden); its
+// attempts start at first (0 supposes a new run, 1 reads the run first). Nothing is
 // written on a run before it is known to be the caller's: the lease of a run whose metadata
 // was not read is only created where none is, and the metadata only created where none is,
 // or updated at the revision read.
-func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo) (claim, error) {
-	for attempt := 0; attempt < 10; attempt++ {
+func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo, first int) (claim, error) {
+	for attempt := first; attempt < 10; attempt++ {
 		// The first attempt supposes a new run, the common case, and asks nothing: the
 		// metadata's create fails if the run exists, and the next attempt reads it.
 		var e natsjs.KeyValueEntry
