@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -225,6 +226,21 @@ func BenchmarkRawReplay(b *testing.B) {
 // time to the first event a client can receive.
 func BenchmarkTurnStart(b *testing.B) {
 	s, _ := benchStore(b)
+	benchTurnStart(b, s)
+}
+
+// BenchmarkTurnStartCluster is BenchmarkTurnStart on a 3-node cluster with 3 replicas,
+// where every write is a round of the stream's or bucket's replicas.
+func BenchmarkTurnStartCluster(b *testing.B) {
+	nodes := startCluster(b)
+	var urls []string
+	for _, n := range nodes {
+		urls = append(urls, n.ClientURL())
+	}
+	benchTurnStart(b, openClusterStore(b, strings.Join(urls, ",")))
+}
+
+func benchTurnStart(b *testing.B, s *Store) {
 	ctx := context.Background()
 	lat := make([]time.Duration, 0, b.N)
 	stored := make(chan error, 1)

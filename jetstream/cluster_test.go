@@ -219,7 +219,7 @@ func (fc *faultCluster) isDead(first []byte) bool {
 
 // openClusterStore opens a store on a cluster with replicas 3, retrying while the cluster
 // settles.
-func openClusterStore(t *testing.T, urls string) *Store {
+func openClusterStore(t testing.TB, urls string) *Store {
 	t.Helper()
 	cfg := testConfig(t)
 	cfg.URLs = urls
