@@ -144,19 +144,27 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, a *acks
 	w.acks = a
 	val := mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation})
 	var leaseErr, metaErr, openErr error
+	// The open record's publish retries through an outage; a failed lease or metadata write
+	// ends it at once, since the run cannot start without them.
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	wg.Add(3)
 	go func() {
 		defer wg.Done()
-		w.leaseRev, leaseErr = s.leases.Create(ctx, key, val)
+		if w.leaseRev, leaseErr = s.leases.Create(ctx, key, val); leaseErr != nil {
+			cancel()
+		}
 	}()
 	go func() {
 		defer wg.Done()
-		w.metaRev, metaErr = s.meta.Create(ctx, key, mustJSON(info))
+		if w.metaRev, metaErr = s.meta.Create(ctx, key, mustJSON(info)); metaErr != nil {
+			cancel()
+		}
 	}()
 	go func() {
 		defer wg.Done()
-		_, openErr = w.publish(ctx, nil, ctlOpen)
+		_, openErr = w.publish(pctx, nil, ctlOpen)
 	}()
 	wg.Wait()
 	if leaseErr == nil && metaErr == nil {
