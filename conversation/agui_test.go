@@ -131,23 +131,6 @@ func TestAGUIRefused(t *testing.T) {
 	}
 }
 
-// TestAGUISlowClient: a client too slow for the bursts gets the rest from the log, without
-// the marker and without a duplicate.
-func TestAGUISlowClient(t *testing.T) {
-	e := newEnv(t, envOptions{queueSize: 2})
-	st := e.post(t, "/agui", "agui-slow", script{Tokens: 600, DeltaBytes: 16384})
-	head := st.n(2)
-	time.Sleep(300 * time.Millisecond) // the turn runs ahead meanwhile
-	got := append(head, st.all()...)
-	if s := summary(got); s != aguiTurn(600) {
-		t.Fatalf("events = %.300s…", s)
-	}
-	distinctOffsets(t, got)
-	if n := e.metric(t, "wsgateway_conversation_frames_dropped_total", "slow_consumer"); n != 1 {
-		t.Fatalf("slow-consumer overflows = %v, want 1", n)
-	}
-}
-
 // TestHTTPAbort: DELETE ?runId= aborts the principal's running turn, whichever transport
 // started it, and answers once it ended; every stream of the turn ends with RUN_ERROR
 // aborted. Another principal's DELETE finds nothing; a second one answers the outcome again.

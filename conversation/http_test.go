@@ -352,24 +352,33 @@ func TestHTTPSocketInterop(t *testing.T) {
 
 // TestHTTPSlowClient: a client that cannot absorb the turn's bursts gets the rest from the
 // log, complete and without duplicates.
+// TestHTTPSlowClient: a client too slow for a turn's burst gets the rest from the log, on
+// every framing (AGUI without the marker), complete and without a duplicate.
 func TestHTTPSlowClient(t *testing.T) {
 	e := newEnv(t, envOptions{queueSize: 2})
+	type slowCase struct {
+		name, path string
+		want       func(int) string
+	}
+	cases := []slowCase{{"agui", "/agui", aguiTurn}}
 	for _, fr := range framings {
-		t.Run(fr.name, func(t *testing.T) {
-			runID := "slow-" + fr.name
-			st := e.post(t, fr.path, runID, script{Tokens: 600, DeltaBytes: 16384})
+		cases = append(cases, slowCase{fr.name, fr.path, tokenTurn})
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st := e.post(t, c.path, "slow-"+c.name, script{Tokens: 600, DeltaBytes: 16384})
 			head := st.n(2)
 			time.Sleep(300 * time.Millisecond) // the turn runs ahead meanwhile
 			got := append(head, st.all()...)
-			if s := summary(got); s != tokenTurn(600) {
+			if s := summary(got); s != c.want(600) {
 				t.Fatalf("events = %.300s…", s)
 			}
 			distinctOffsets(t, got)
 		})
 	}
-	// Both streams overflowed their queue, or this test proved nothing.
-	if n := e.metric(t, "wsgateway_conversation_frames_dropped_total", "slow_consumer"); n != 2 {
-		t.Fatalf("slow-consumer overflows = %v, want 2", n)
+	// Every stream overflowed its queue, or this test proved nothing.
+	if n := e.metric(t, "wsgateway_conversation_frames_dropped_total", "slow_consumer"); n != float64(len(cases)) {
+		t.Fatalf("slow-consumer overflows = %v, want %d", n, len(cases))
 	}
 }
 
