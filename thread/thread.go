@@ -24,31 +24,102 @@ func (m Message) MarshalJSON() ([]byte, error) {
 	return json.Marshal(p)
 }
 
-// Part is one part of a message: Type is "text", "thinking", "tool-call" or "tool-result", and
-// only the fields of that type are set.
+// Part is one part of a message, as @tanstack/ai-client shows it. Type is "text",
+// "thinking", "tool-call" or "tool-result" and only the fields of that type are used;
+// a part of another type (an image of a user message, say) is kept verbatim in Raw.
 type Part struct {
-	Type string `json:"type"`
+	Type string
 
-	// text, thinking, tool-result
-	Content *string `json:"content,omitempty"`
-	// thinking
-	StepID    string `json:"stepId,omitempty"`
-	Signature string `json:"signature,omitempty"`
+	Content   string  // text, thinking, tool-result (a string content)
+	StepID    *string // thinking (it may be "")
+	Signature string  // thinking
 
-	// tool-call
-	ID        string          `json:"id,omitempty"`
-	Name      string          `json:"name,omitempty"`
-	Arguments *string         `json:"arguments,omitempty"`
-	Input     json.RawMessage `json:"input,omitempty"`
-	Output    json.RawMessage `json:"output,omitempty"`
-	Approval  *Approval       `json:"approval,omitempty"`
+	ID        string          // tool-call
+	Name      string          // tool-call
+	Arguments string          // tool-call: the raw JSON text streamed so far
+	Input     json.RawMessage // tool-call: the parsed arguments, once complete
+	Output    json.RawMessage // tool-call
+	Approval  *Approval       // tool-call
+	Metadata  json.RawMessage // tool-call
 
-	// tool-result
-	ToolCallID string `json:"toolCallId,omitempty"`
-	Error      string `json:"error,omitempty"`
+	ToolCallID   string          // tool-result
+	ContentParts json.RawMessage // tool-result: a content that is not a string
+	Error        string          // tool-result
 
-	// tool-call, tool-result
-	State string `json:"state,omitempty"`
+	State string // tool-call, tool-result
+
+	Raw json.RawMessage // any other type
+}
+
+// wirePart is a Part's JSON form: the client's field names, each type with its own.
+type wirePart struct {
+	Type       string          `json:"type"`
+	Content    json.RawMessage `json:"content,omitempty"`
+	StepID     *string         `json:"stepId,omitempty"`
+	Signature  string          `json:"signature,omitempty"`
+	ID         *string         `json:"id,omitempty"`
+	Name       *string         `json:"name,omitempty"`
+	Arguments  *string         `json:"arguments,omitempty"`
+	State      string          `json:"state,omitempty"`
+	Approval   *Approval       `json:"approval,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Input      json.RawMessage `json:"input,omitempty"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	ToolCallID *string         `json:"toolCallId,omitempty"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// MarshalJSON writes the part in the client's form.
+func (p Part) MarshalJSON() ([]byte, error) {
+	w := wirePart{Type: p.Type}
+	switch p.Type {
+	case "text":
+		w.Content = mustJSON(p.Content)
+	case "thinking":
+		w.Content, w.StepID, w.Signature = mustJSON(p.Content), p.StepID, p.Signature
+	case "tool-call":
+		w.ID, w.Name, w.Arguments, w.State = &p.ID, &p.Name, &p.Arguments, p.State
+		w.Approval, w.Output, w.Input, w.Metadata = p.Approval, p.Output, p.Input, p.Metadata
+	case "tool-result":
+		w.ToolCallID, w.State, w.Error = &p.ToolCallID, p.State, p.Error
+		w.Content = p.ContentParts
+		if w.Content == nil {
+			w.Content = mustJSON(p.Content)
+		}
+	default:
+		if p.Raw != nil {
+			return p.Raw, nil
+		}
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a part MarshalJSON wrote.
+func (p *Part) UnmarshalJSON(data []byte) error {
+	var w wirePart
+	if err := json.Unmarshal(data, &w); err != nil {
+		return err
+	}
+	*p = Part{Type: w.Type, StepID: w.StepID, Signature: w.Signature, State: w.State,
+		Approval: w.Approval, Output: w.Output, Input: w.Input, Metadata: w.Metadata, Error: w.Error}
+	str := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	p.ID, p.Name, p.Arguments, p.ToolCallID = str(w.ID), str(w.Name), str(w.Arguments), str(w.ToolCallID)
+	if s, ok := asString(w.Content); ok {
+		p.Content = s
+	} else if p.Type == "tool-result" {
+		p.ContentParts = w.Content
+	}
+	switch p.Type {
+	case "text", "thinking", "tool-call", "tool-result":
+	default:
+		p.Raw = append(json.RawMessage(nil), data...)
+	}
+	return nil
 }
 
 // Approval is a tool call's approval request and answer.
@@ -93,9 +164,8 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 		if t.index(m.ID) >= 0 || (m.Role != "user" && m.Role != "system") {
 			continue
 		}
-		var s string
-		_ = json.Unmarshal(m.Content, &s)
-		t.Messages = append(t.Messages, Message{ID: m.ID, Role: m.Role, Parts: []Part{{Type: "text", Content: &s}}})
+		s, _ := asString(m.Content)
+		t.Messages = append(t.Messages, Message{ID: m.ID, Role: m.Role, Parts: []Part{{Type: "text", Content: s}}})
 	}
 	return nil
 }
@@ -118,7 +188,9 @@ func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
 			return fmt.Errorf("thread: finish %s: %w", runID, err)
 		}
 	}
-	b.finalize()
+	if b.last != "RUN_ERROR" {
+		b.finalizeStream()
+	}
 	t.Messages = b.msgs
 	return nil
 }
