@@ -140,7 +140,8 @@ type builder struct {
 	finishReason      json.RawMessage
 	hasError          bool
 	isDone            bool
-	last              string // the type of the last event
+	last              string            // the type of the last event
+	interrupts        []json.RawMessage // the last RUN_FINISHED's interrupt outcome
 }
 
 func newBuilder(runID string, settled []Message) *builder {
@@ -887,6 +888,7 @@ func (b *builder) runFinished(e event) {
 	}
 	id, _ := e.str("runId")
 	b.deleteRun(id)
+	b.interrupts = nil
 	interrupt := false
 	if oc, ok := e.m["outcome"]; ok && isObject(oc) {
 		o := object(oc)
@@ -894,6 +896,7 @@ func (b *builder) runFinished(e event) {
 			interrupt = true
 			var list []json.RawMessage
 			_ = json.Unmarshal(o["interrupts"], &list)
+			b.interrupts = list
 			b.handleInterrupts(list)
 		}
 	}

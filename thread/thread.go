@@ -146,28 +146,181 @@ type Transcript struct {
 }
 
 // Accept merges a newly accepted run's input (the RunAgentInput JSON as the client posted it)
-// into t: messages merge by id, a list ending at an earlier stored id cuts what follows it
-// (regenerate), approval answers come from resume, client tool results set their call; the
-// interrupts this run answers stop being reported.
+// into t, never overwriting what t knows:
+//
+//   - a message with an unknown id is appended (the client may post the whole transcript,
+//     only its new messages, or only the new one); a known id keeps t's copy;
+//   - a list whose last user, system or assistant message is a stored one followed by others
+//     cuts those others (a regenerate);
+//   - resume entries whose payload has a boolean "approved" answer the approval with that
+//     interruptId (approval.approved, state approval-responded), and the wire's synthesized
+//     tool row of an approval is ignored;
+//   - a tool row for a call without approval that has no output yet (a client tool's result)
+//     sets the call's output and state complete and adds a tool-result part;
+//   - if resume answers one of t.Interrupts, they stop being reported; Finish restores them
+//     if this run fails.
 func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	var in struct {
 		Messages []struct {
-			ID      string          `json:"id"`
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
+			ID         string          `json:"id"`
+			Role       string          `json:"role"`
+			Content    json.RawMessage `json:"content"`
+			ToolCallID string          `json:"toolCallId"`
+			ToolCalls  []struct {
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"toolCalls"`
+			Metadata json.RawMessage `json:"metadata"`
 		} `json:"messages"`
+		Resume []struct {
+			InterruptID string          `json:"interruptId"`
+			Payload     json.RawMessage `json:"payload"`
+		} `json:"resume"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil {
 		return fmt.Errorf("thread: accept %s: %w", runID, err)
 	}
-	for _, m := range in.Messages {
-		if t.index(m.ID) >= 0 || (m.Role != "user" && m.Role != "system") {
+
+	// Regenerate: the last anchor of the list is stored, and followed by more.
+	for i := len(in.Messages) - 1; i >= 0; i-- {
+		m := in.Messages[i]
+		if m.Role != "user" && m.Role != "system" && m.Role != "assistant" {
 			continue
 		}
-		s, _ := asString(m.Content)
-		t.Messages = append(t.Messages, Message{ID: m.ID, Role: m.Role, Parts: []Part{{Type: "text", Content: s}}})
+		if at := t.index(m.ID); at >= 0 && at < len(t.Messages)-1 {
+			t.Messages = t.Messages[:at+1]
+		}
+		break
+	}
+
+	// Approval answers, before tool rows: an answered call's row is the wire's own.
+	answered := map[string]bool{}
+	for _, r := range in.Resume {
+		answered[r.InterruptID] = true
+		var p struct {
+			Approved *bool `json:"approved"`
+		}
+		if json.Unmarshal(r.Payload, &p) != nil || p.Approved == nil {
+			continue
+		}
+		t.eachCall(func(p *Part) bool { return p.Approval != nil && p.Approval.ID == r.InterruptID }, func(_ *Message, part *Part) {
+			v := *p.Approved
+			a := *part.Approval
+			a.Approved = &v
+			part.Approval = &a
+			part.State = "approval-responded"
+		})
+	}
+
+	for _, m := range in.Messages {
+		switch m.Role {
+		case "tool":
+			t.clientToolResult(m.ToolCallID, m.Content)
+			continue
+		case "user", "system", "assistant":
+		default:
+			continue
+		}
+		if m.ID == "" || t.index(m.ID) >= 0 {
+			continue
+		}
+		msg := Message{ID: m.ID, Role: m.Role, Parts: []Part{}}
+		if md := object(m.Metadata); md != nil {
+			if tanstack := object(md["tanstack"]); tanstack != nil {
+				msg.CreatedAt = coerceCreatedAt(tanstack["createdAt"])
+			}
+		}
+		if s, ok := asString(m.Content); ok {
+			if s != "" || m.Role == "user" {
+				msg.Parts = append(msg.Parts, Part{Type: "text", Content: s})
+			}
+		} else if len(m.Content) > 0 && m.Content[0] == '[' {
+			msg.Parts = append(msg.Parts, userParts(m.Content)...)
+		}
+		for _, c := range m.ToolCalls {
+			msg.Parts = append(msg.Parts, Part{Type: "tool-call", ID: c.ID, Name: c.Function.Name,
+				Arguments: c.Function.Arguments, State: "input-complete", Input: parseJSON(c.Function.Arguments)})
+		}
+		t.Messages = append(t.Messages, msg)
+	}
+
+	if t.Interrupts != nil {
+		for _, raw := range t.Interrupts.Pending {
+			if id, _ := asString(object(raw)["id"]); answered[id] {
+				if t.Answered == nil {
+					t.Answered = map[string]*Interrupts{}
+				}
+				t.Answered[runID] = t.Interrupts
+				t.Interrupts = nil
+				break
+			}
+		}
 	}
 	return nil
+}
+
+// userParts converts the wire's content parts: text parts become text parts
+// ({"type":"text","text"} on the wire), others are kept verbatim.
+func userParts(raw json.RawMessage) []Part {
+	var list []json.RawMessage
+	_ = json.Unmarshal(raw, &list)
+	var parts []Part
+	for _, p := range list {
+		o := object(p)
+		if typ, _ := asString(o["type"]); typ == "text" || typ == "" {
+			s, _ := asString(o["text"])
+			parts = append(parts, Part{Type: "text", Content: s})
+			continue
+		}
+		if typ, _ := asString(o["type"]); typ != "binary" {
+			parts = append(parts, Part{Type: typ, Raw: p})
+		}
+	}
+	return parts
+}
+
+// eachCall calls f on every tool-call part that match selects.
+func (t *Transcript) eachCall(match func(*Part) bool, f func(*Message, *Part)) {
+	for i := range t.Messages {
+		for j := range t.Messages[i].Parts {
+			if p := &t.Messages[i].Parts[j]; p.Type == "tool-call" && match(p) {
+				f(&t.Messages[i], p)
+			}
+		}
+	}
+}
+
+// clientToolResult applies a tool row of the wire to a call that waits for
+// its client tool's result (ChatClient's addToolResult).
+func (t *Transcript) clientToolResult(callID string, content json.RawMessage) {
+	done := false
+	t.eachCall(func(p *Part) bool { return p.ID == callID }, func(m *Message, p *Part) {
+		if done || p.Approval != nil || p.Output != nil || p.State == "complete" || p.State == "error" {
+			done = true
+			return
+		}
+		done = true
+		s, ok := asString(content)
+		if !ok {
+			return
+		}
+		p.Output = parseJSON(s)
+		if p.Output == nil {
+			p.Output = content
+		}
+		p.State = "complete"
+		r := Part{Type: "tool-result", ToolCallID: callID, Content: s, State: "complete"}
+		for i := range m.Parts {
+			if m.Parts[i].Type == "tool-result" && m.Parts[i].ToolCallID == callID {
+				m.Parts[i] = r
+				return
+			}
+		}
+		m.Parts = append(m.Parts, r)
+	})
 }
 
 func (t *Transcript) index(id string) int {
@@ -180,7 +333,9 @@ func (t *Transcript) index(id string) int {
 }
 
 // Finish applies the run's stored events (its log in order, from the gateway's run.accepted
-// marker to RUN_FINISHED or RUN_ERROR) to t as the client's StreamProcessor would.
+// marker to RUN_FINISHED or RUN_ERROR) to t as the client's StreamProcessor would. A
+// RUN_FINISHED with an interrupt outcome sets t.Interrupts (the run's interrupts, verbatim);
+// a run that ends with RUN_ERROR restores the interrupts it answered.
 func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
 	b := newBuilder(runID, t.Messages)
 	for _, e := range events {
@@ -192,34 +347,72 @@ func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
 		b.finalizeStream()
 	}
 	t.Messages = b.msgs
+	answered := t.Answered[runID]
+	delete(t.Answered, runID)
+	if len(t.Answered) == 0 {
+		t.Answered = nil
+	}
+	switch b.last {
+	case "RUN_ERROR":
+		if answered != nil {
+			t.Interrupts = answered
+		}
+	case "RUN_FINISHED":
+		if pending := b.interrupts; len(pending) > 0 {
+			t.Interrupts = &Interrupts{RunID: runID, Pending: pending}
+		}
+	}
 	return nil
 }
 
 // Active returns what a hydrate shows while runID is still running, given its events so far:
-// the settled messages plus only the run's latest assistant message, or a "<runID>-pending"
-// placeholder for a continuation run with no assistant message yet.
+// the settled messages (with the run's user message) plus only the run's latest assistant
+// message (the client drops a trailing assistant message when the replay starts, and
+// rebuilds it), or, for a continuation run (its input added no user message) with no
+// assistant message yet, a placeholder {id: "<runID>-pending", role: "assistant", parts: []}
+// for the client to drop instead of the message that asked.
 func (t Transcript) Active(runID string, events []json.RawMessage) []Message {
 	b := newBuilder(runID, t.Messages)
 	for _, e := range events {
 		_ = b.apply(e)
 	}
-	return b.msgs
+	out := append([]Message(nil), t.Messages...)
+	for i := len(b.msgs) - 1; i >= 0; i-- {
+		if m := b.msgs[i]; m.Role == "assistant" && t.index(m.ID) < 0 {
+			return append(out, m)
+		}
+	}
+	if n := len(t.Messages); n > 0 && t.Messages[n-1].Role != "user" {
+		out = append(out, Message{ID: runID + "-pending", Role: "assistant", Parts: []Part{}})
+	}
+	return out
 }
 
+// MaxPage is the largest page Page answers.
+const MaxPage = 500
+
 // Page cuts msgs (oldest first) for paging: limit <= 0 means everything and cursor "";
-// before is a cursor Page issued (the id of the oldest message of a window). It returns the
-// window (oldest first) and the cursor for the next older page, "" when nothing older remains.
+// a larger limit than MaxPage counts as MaxPage. before is "" for the newest window, or a
+// cursor Page issued (the id of the oldest message of a window): the window is then the
+// newest limit messages strictly older than it. It returns the window (oldest first) and the
+// cursor for the next older page, "" when nothing older remains. A cursor naming no message
+// of msgs (one cut by a regenerate since) answers an empty window and "".
 func Page(msgs []Message, limit int, before string) (window []Message, cursor string) {
 	if limit <= 0 {
 		return msgs, ""
 	}
+	limit = min(limit, MaxPage)
 	end := len(msgs)
 	if before != "" {
+		end = -1
 		for i := range msgs {
 			if msgs[i].ID == before {
 				end = i
 				break
 			}
+		}
+		if end < 0 {
+			return nil, ""
 		}
 	}
 	start := max(end-limit, 0)
