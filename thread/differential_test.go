@@ -131,5 +131,5 @@ func hasType(log []json.RawMessage, typ string) bool {
 func isClientID(s string) bool { return clientID.MatchString(s) }
 
 func isServerID(s string) bool {
-	return len(s) > 4 && s[:4] == "run-" && serverID.MatchString(s)
+	return serverID.MatchString(s)
 }

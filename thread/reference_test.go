@@ -104,7 +104,7 @@ func runReference(t *testing.T, threads []refThread) []refResult {
 // mints from the run id.
 var (
 	clientID = regexp.MustCompile(`^msg-[0-9]+-[0-9a-z]*$`)
-	serverID = regexp.MustCompile(`-[as][0-9]+$`)
+	serverID = regexp.MustCompile(`^r[a-z0-9]*-[as][0-9]+$`)
 )
 
 // normalise returns messages (JSON) for comparison: createdAt removed, and

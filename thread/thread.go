@@ -3,6 +3,7 @@ package thread
 import (
 	"encoding/json"
 	"fmt"
+	"regexp"
 )
 
 // Message is a UIMessage of @tanstack/ai-client.
@@ -215,7 +216,16 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 		})
 	}
 
+	after := -1 // the index in t of the last known message of the list so far
 	for _, m := range in.Messages {
+		if at := t.index(m.ID); at >= 0 && m.ID != "" {
+			after = at
+		}
+		if m.Role == "assistant" && t.index(m.ID) < 0 && t.lazyCopy(after, m.ToolCalls) {
+			// The client's random id of a message this thread minted an id for.
+			after++
+			continue
+		}
 		switch m.Role {
 		case "tool":
 			t.clientToolResult(m.ToolCallID, m.Content)
@@ -261,6 +271,34 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	}
 	return nil
 }
+
+// lazyCopy reports whether an assistant message of the wire with an unknown id is the
+// client's copy of a message created lazily (a tool call or reasoning before any
+// TEXT_MESSAGE_START, an error's empty message): it has a known tool call, or it follows
+// the known message at index after where t has a message with a minted id.
+func (t *Transcript) lazyCopy(after int, calls []struct {
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}) bool {
+	for _, c := range calls {
+		found := false
+		t.eachCall(func(p *Part) bool { return p.ID == c.ID }, func(*Message, *Part) { found = true })
+		if found {
+			return true
+		}
+	}
+	if next := after + 1; next < len(t.Messages) {
+		m := t.Messages[next]
+		return m.Role == "assistant" && minted.MatchString(m.ID)
+	}
+	return false
+}
+
+// minted matches the ids Finish mints for messages ("<runId>-a<n>").
+var minted = regexp.MustCompile(`-a[0-9]+$`)
 
 // userParts converts the wire's content parts: text parts become text parts
 // ({"type":"text","text"} on the wire), others are kept verbatim.
