@@ -27,7 +27,8 @@ func (m Message) MarshalJSON() ([]byte, error) {
 
 // Part is one part of a message, as @tanstack/ai-client shows it. Type is "text",
 // "thinking", "tool-call" or "tool-result" and only the fields of that type are used;
-// a part of another type (an image of a user message, say) is kept verbatim in Raw.
+// a part the builder does not interpret (an image of a user message, say) is kept verbatim
+// in Raw, which then is its JSON form.
 type Part struct {
 	Type string
 
@@ -43,13 +44,13 @@ type Part struct {
 	Approval  *Approval       // tool-call
 	Metadata  json.RawMessage // tool-call
 
-	ToolCallID   string          // tool-result
+	ToolCallID   string          // tool-result (ID and Metadata: those of a snapshot's tool message)
 	ContentParts json.RawMessage // tool-result: a content that is not a string
 	Error        string          // tool-result
 
 	State string // tool-call, tool-result
 
-	Raw json.RawMessage // any other type
+	Raw json.RawMessage // a part kept verbatim
 }
 
 // wirePart is a Part's JSON form: the client's field names, each type with its own.
@@ -82,15 +83,17 @@ func (p Part) MarshalJSON() ([]byte, error) {
 		w.ID, w.Name, w.Arguments, w.State = &p.ID, &p.Name, &p.Arguments, p.State
 		w.Approval, w.Output, w.Input, w.Metadata = p.Approval, p.Output, p.Input, p.Metadata
 	case "tool-result":
-		w.ToolCallID, w.State, w.Error = &p.ToolCallID, p.State, p.Error
+		w.ToolCallID, w.State, w.Error, w.Metadata = &p.ToolCallID, p.State, p.Error, p.Metadata
+		if p.ID != "" {
+			w.ID = &p.ID
+		}
 		w.Content = p.ContentParts
 		if w.Content == nil {
 			w.Content = mustJSON(p.Content)
 		}
-	default:
-		if p.Raw != nil {
-			return p.Raw, nil
-		}
+	}
+	if p.Raw != nil {
+		return p.Raw, nil
 	}
 	return json.Marshal(w)
 }
@@ -144,6 +147,16 @@ type Transcript struct {
 	// Answered holds the interrupts a running run answered, keyed by that run, to restore them
 	// if it fails.
 	Answered map[string]*Interrupts `json:"answered,omitempty"`
+}
+
+// MarshalJSON writes Messages as [] when empty.
+func (t Transcript) MarshalJSON() ([]byte, error) {
+	type plain Transcript
+	p := plain(t)
+	if p.Messages == nil {
+		p.Messages = []Message{}
+	}
+	return json.Marshal(p)
 }
 
 // Accept merges a newly accepted run's input (the RunAgentInput JSON as the client posted it)
@@ -308,7 +321,7 @@ func userParts(raw json.RawMessage) []Part {
 	var parts []Part
 	for _, p := range list {
 		o := object(p)
-		if typ, _ := asString(o["type"]); typ == "text" || typ == "" {
+		if typ, _ := asString(o["type"]); typ == "text" {
 			s, _ := asString(o["text"])
 			parts = append(parts, Part{Type: "text", Content: s})
 			continue
@@ -431,11 +444,14 @@ const MaxPage = 500
 
 // Page cuts msgs (oldest first) for paging: limit <= 0 means everything and cursor "";
 // a larger limit than MaxPage counts as MaxPage. before is "" for the newest window, or a
-// cursor Page issued (the id of the oldest message of a window): the window is then the
+// cursor Page issued (the id of the oldest message of a window): the window (never nil) is then the
 // newest limit messages strictly older than it. It returns the window (oldest first) and the
 // cursor for the next older page, "" when nothing older remains. A cursor naming no message
 // of msgs (one cut by a regenerate since) answers an empty window and "".
 func Page(msgs []Message, limit int, before string) (window []Message, cursor string) {
+	if msgs == nil {
+		msgs = []Message{}
+	}
 	if limit <= 0 {
 		return msgs, ""
 	}
@@ -450,7 +466,7 @@ func Page(msgs []Message, limit int, before string) (window []Message, cursor st
 			}
 		}
 		if end < 0 {
-			return nil, ""
+			return []Message{}, ""
 		}
 	}
 	start := max(end-limit, 0)
