@@ -9,9 +9,16 @@ import (
 )
 
 // BenchmarkFinish measures Finish on a demo-like run (a reasoning message, a
-// tool call with streamed arguments and its result, then 200 text deltas)
-// after a transcript of 20 messages; it reports the cost per event.
+// tool call with streamed arguments and its result, then n text deltas)
+// after a transcript of 20 messages; it reports the cost per event, which
+// stays flat as replies grow.
 func BenchmarkFinish(b *testing.B) {
+	for _, n := range []int{200, 20000} {
+		b.Run("deltas="+strconv.Itoa(n), func(b *testing.B) { benchmarkFinish(b, n) })
+	}
+}
+
+func benchmarkFinish(b *testing.B, n int) {
 	evs := []json.RawMessage{
 		json.RawMessage(`{"type":"CUSTOM","name":"run.accepted","value":{}}`),
 		json.RawMessage(`{"type":"RUN_STARTED","threadId":"t","runId":"r"}`),
@@ -27,7 +34,7 @@ func BenchmarkFinish(b *testing.B) {
 		json.RawMessage(`{"type":"TOOL_CALL_END","toolCallId":"r.call1"}`),
 		json.RawMessage(`{"type":"TOOL_CALL_RESULT","messageId":"r.res1","toolCallId":"r.call1","content":"{\"temp\":20}"}`),
 	}
-	for i := 1; i <= 200; i++ {
+	for i := 1; i <= n; i++ {
 		evs = append(evs, json.RawMessage(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"r.msg1","delta":"t`+strconv.Itoa(i)+` "}`))
 	}
 	evs = append(evs, json.RawMessage(`{"type":"TEXT_MESSAGE_END","messageId":"r.msg1"}`),

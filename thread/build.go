@@ -111,9 +111,11 @@ type toolCall struct {
 }
 
 type msgState struct {
-	id, role                 string
-	currentSegmentText       string
-	lastEmittedText          string
+	id, role string
+	// seg is currentSegmentText; lastEmittedText is always a prefix of it,
+	// its first emitted bytes.
+	seg                      *segment
+	emitted                  int
 	thinkingSteps            map[string]string
 	thinkingStepSignatures   map[string]string
 	currentThinkingStepID    opt
@@ -249,9 +251,35 @@ func (b *builder) each(id string, f func(*Message)) {
 	}
 }
 
+// segment is a text segment's bytes, appended to in place: a text part keeps
+// the segment and its length when emitted, and becomes a string once (text),
+// so that a long reply costs linear time, not a copy per delta.
+type segment struct{ buf []byte }
+
+// pending reports whether the segment has text not yet emitted.
+func (st *msgState) pending() bool { return len(st.seg.buf) != st.emitted }
+
+// text returns a text part's content, materialising it.
+func (p *Part) text() string {
+	if p.seg != nil {
+		p.Content = string(p.seg.buf[:p.segN])
+		p.seg = nil
+	}
+	return p.Content
+}
+
+// settle materialises every text part of msgs.
+func settle(msgs []Message) {
+	for i := range msgs {
+		for j := range msgs[i].Parts {
+			msgs[i].Parts[j].text()
+		}
+	}
+}
+
 func (b *builder) createMessageState(id, role string) *msgState {
 	st := &msgState{
-		id: id, role: role,
+		id: id, role: role, seg: &segment{},
 		thinkingSteps:          map[string]string{},
 		thinkingStepSignatures: map[string]string{},
 		toolCalls:              map[string]*toolCall{},
@@ -308,8 +336,9 @@ func (b *builder) ensureAssistantMessage(preferred opt) (string, *msgState) {
 			st := b.createMessageState(preferred.s, m.Role)
 			b.addActive(preferred.s)
 			if n := len(m.Parts); n > 0 && m.Parts[n-1].Type == "text" {
-				st.currentSegmentText = m.Parts[n-1].Content
-				st.lastEmittedText = m.Parts[n-1].Content
+				text := m.Parts[n-1].text()
+				st.seg = &segment{buf: []byte(text)}
+				st.emitted = len(text)
 			}
 			return preferred.s, st
 		}
@@ -407,11 +436,10 @@ func uiRole(e event) string {
 // resetSegment starts a new text segment after tool calls.
 func (b *builder) resetSegment(id string, st *msgState) {
 	if st.hasToolCallsSinceTextStr {
-		if st.currentSegmentText != st.lastEmittedText {
+		if st.pending() {
 			b.emitTextUpdate(id)
 		}
-		st.currentSegmentText = ""
-		st.lastEmittedText = ""
+		st.seg, st.emitted = &segment{}, 0
 		st.hasToolCallsSinceTextStr = false
 	}
 }
@@ -466,17 +494,16 @@ func (b *builder) textMessageContent(e event) {
 	mid, ok := e.str("messageId")
 	id, st := b.ensureAssistantMessage(opt{mid, ok})
 	b.mergeMessageMetadata(id, e.m["metadata"])
-	if st.hasToolCallsSinceTextStr && st.currentSegmentText != "" {
-		if st.currentSegmentText != st.lastEmittedText {
+	if st.hasToolCallsSinceTextStr && len(st.seg.buf) > 0 {
+		if st.pending() {
 			b.emitTextUpdate(id)
 		}
-		st.currentSegmentText = ""
-		st.lastEmittedText = ""
+		st.seg, st.emitted = &segment{}, 0
 	}
 	st.hasToolCallsSinceTextStr = false
 	delta, _ := e.str("delta")
-	st.currentSegmentText += delta
-	if st.currentSegmentText != st.lastEmittedText {
+	st.seg.buf = append(st.seg.buf, delta...)
+	if st.pending() {
 		b.emitTextUpdate(id)
 	}
 }
@@ -488,7 +515,7 @@ func (b *builder) textMessageEnd(e event) {
 	if st == nil || st.isComplete {
 		return
 	}
-	if st.currentSegmentText != st.lastEmittedText {
+	if st.pending() {
 		b.emitTextUpdate(id)
 	}
 }
@@ -500,13 +527,14 @@ func (b *builder) emitTextUpdate(id string) {
 	if st == nil {
 		return
 	}
-	st.lastEmittedText = st.currentSegmentText
+	st.emitted = len(st.seg.buf)
+	p := Part{Type: "text", seg: st.seg, segN: st.emitted}
 	b.each(id, func(m *Message) {
 		if n := len(m.Parts); n > 0 && m.Parts[n-1].Type == "text" {
-			m.Parts[n-1] = Part{Type: "text", Content: st.currentSegmentText}
+			m.Parts[n-1] = p
 			return
 		}
-		m.Parts = append(m.Parts, Part{Type: "text", Content: st.currentSegmentText})
+		m.Parts = append(m.Parts, p)
 	})
 }
 
@@ -980,7 +1008,7 @@ func (b *builder) finalizeStream() {
 			continue
 		}
 		b.completeAllToolCallsForMessage(id)
-		if st.currentSegmentText != st.lastEmittedText {
+		if st.pending() {
 			b.emitTextUpdate(id)
 		}
 		st.isComplete = true
@@ -1007,7 +1035,7 @@ func whitespaceOnly(m Message) bool {
 		return false
 	}
 	for _, p := range m.Parts {
-		if p.Type != "text" || strings.TrimFunc(p.Content, jsSpace) != "" {
+		if p.Type != "text" || strings.TrimFunc(p.text(), jsSpace) != "" {
 			return false
 		}
 	}

@@ -51,6 +51,10 @@ type Part struct {
 	State string // tool-call, tool-result
 
 	Raw json.RawMessage // a part kept verbatim
+
+	// A text part the builder streams into: its content is seg.buf[:segN].
+	seg  *segment
+	segN int
 }
 
 // wirePart is a Part's JSON form: the client's field names, each type with its own.
@@ -76,7 +80,7 @@ func (p Part) MarshalJSON() ([]byte, error) {
 	w := wirePart{Type: p.Type}
 	switch p.Type {
 	case "text":
-		w.Content = mustJSON(p.Content)
+		w.Content = mustJSON(p.text())
 	case "thinking":
 		w.Content, w.StepID, w.Signature = mustJSON(p.Content), p.StepID, p.Signature
 	case "tool-call":
@@ -397,6 +401,7 @@ func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
 	if b.last != "RUN_ERROR" {
 		b.finalizeStream()
 	}
+	settle(b.msgs)
 	t.Messages = b.msgs
 	answered := t.Answered[runID]
 	delete(t.Answered, runID)
@@ -427,6 +432,7 @@ func (t Transcript) Active(runID string, events []json.RawMessage) []Message {
 	for _, e := range events {
 		_ = b.apply(e)
 	}
+	settle(b.msgs)
 	out := append([]Message(nil), t.Messages...)
 	for i := len(b.msgs) - 1; i >= 0; i-- {
 		if m := b.msgs[i]; m.Role == "assistant" && t.index(m.ID) < 0 {
