@@ -38,5 +38,5 @@
 //
 // A reply that starts with reasoning before any TEXT_MESSAGE_START is built right, but the
 // client does not rebuild it on a reload mid-run (reasoning is not one of its rebuild
-// triggers): agents should send TEXT_MESSAGE_START first, as the demo agent does.
+// triggers): agents should send TEXT_MESSAGE_START before the reasoning events (valid AG-UI).
 package thread
