@@ -861,6 +861,7 @@ func (b *builder) addToolOutput(callID string, output json.RawMessage, isErr boo
 			if p.Type != "tool-call" || p.ID != callID {
 				continue
 			}
+			p.Raw = nil
 			p.Output = output
 			if errText != "" {
 				p.Output = mustJSON(map[string]string{"error": errText})
@@ -973,7 +974,7 @@ func (b *builder) updateToolCallApproval(id, callID, approvalID string) {
 	b.each(id, func(m *Message) {
 		for i := range m.Parts {
 			if p := &m.Parts[i]; p.Type == "tool-call" && p.ID == callID {
-				p.State = "approval-requested"
+				p.State, p.Raw = "approval-requested", nil
 				p.Approval = &Approval{ID: approvalID, NeedsApproval: true}
 				return
 			}
@@ -1142,7 +1143,7 @@ func (b *builder) attachToolCallSignature(callID, sig string) {
 	for i := range b.msgs {
 		for j := range b.msgs[i].Parts {
 			if p := &b.msgs[i].Parts[j]; p.Type == "tool-call" && p.ID == callID {
-				p.Metadata = with(p.Metadata)
+				p.Metadata, p.Raw = with(p.Metadata), nil
 			}
 		}
 	}
@@ -1473,6 +1474,7 @@ func enrichSnapshotToolCalls(msgs []Message, prevCalls map[string]Part) []Messag
 			if p.Type != "tool-call" {
 				continue
 			}
+			p.Raw = nil
 			if prev, ok := prevCalls[p.ID]; ok && (prev.Output != nil || prev.State == "complete" || prev.State == "error") &&
 				(p.Output == nil || p.State == "input-complete" || p.State == "input-streaming" || p.State == "awaiting-input") {
 				if prev.Output != nil {

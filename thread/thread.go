@@ -3,6 +3,7 @@ package thread
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"regexp"
 )
 
@@ -102,13 +103,25 @@ func (p Part) MarshalJSON() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// UnmarshalJSON reads a part MarshalJSON wrote.
+// UnmarshalJSON reads a part MarshalJSON wrote. A part that the fields of its type do not
+// reproduce exactly is kept verbatim in Raw.
 func (p *Part) UnmarshalJSON(data []byte) error {
-	var w wirePart
-	if err := json.Unmarshal(data, &w); err != nil {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
 		return err
 	}
-	*p = Part{Type: w.Type, StepID: w.StepID, Signature: w.Signature, State: w.State,
+	typ, _ := asString(m["type"])
+	*p = Part{Type: typ, Raw: append(json.RawMessage(nil), data...)}
+	switch typ {
+	case "text", "thinking", "tool-call", "tool-result":
+	default:
+		return nil
+	}
+	var w wirePart
+	if json.Unmarshal(data, &w) != nil {
+		return nil
+	}
+	q := Part{Type: typ, StepID: w.StepID, Signature: w.Signature, State: w.State,
 		Approval: w.Approval, Output: w.Output, Input: w.Input, Metadata: w.Metadata, Error: w.Error}
 	str := func(s *string) string {
 		if s == nil {
@@ -116,18 +129,25 @@ func (p *Part) UnmarshalJSON(data []byte) error {
 		}
 		return *s
 	}
-	p.ID, p.Name, p.Arguments, p.ToolCallID = str(w.ID), str(w.Name), str(w.Arguments), str(w.ToolCallID)
+	q.ID, q.Name, q.Arguments, q.ToolCallID = str(w.ID), str(w.Name), str(w.Arguments), str(w.ToolCallID)
 	if s, ok := asString(w.Content); ok {
-		p.Content = s
-	} else if p.Type == "tool-result" {
-		p.ContentParts = w.Content
+		q.Content = s
+	} else if typ == "tool-result" {
+		q.ContentParts = w.Content
 	}
-	switch p.Type {
-	case "text", "thinking", "tool-call", "tool-result":
-	default:
-		p.Raw = append(json.RawMessage(nil), data...)
+	if b, err := q.MarshalJSON(); err == nil && sameJSON(b, data) {
+		*p = q
 	}
 	return nil
+}
+
+// sameJSON reports whether a and b encode the same value.
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // Approval is a tool call's approval request and answer.
@@ -229,7 +249,7 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 			a := *part.Approval
 			a.Approved = &v
 			part.Approval = &a
-			part.State = "approval-responded"
+			part.State, part.Raw = "approval-responded", nil
 		})
 	}
 
@@ -362,6 +382,7 @@ func (t *Transcript) clientToolResult(callID string, content json.RawMessage) {
 		if !ok {
 			return
 		}
+		p.Raw = nil
 		p.Output = parseJSON(s)
 		if p.Output == nil {
 			p.Output = content
