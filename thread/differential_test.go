@@ -118,6 +118,98 @@ func TestDifferential(t *testing.T) {
 	}
 }
 
+// TestDifferentialThreads chains generated runs into threads of three, each
+// run after a user message, and builds them run by run with Accept (of the
+// RunAgentInput the client posted) and Finish, against ChatClient's processor
+// across the same runs: Accept must recognise what the client posts back of
+// what the builder built (lazily created messages under the client's random
+// ids, reasoning and tool rows, snapshots' messages).
+func TestDifferentialThreads(t *testing.T) {
+	var logs [][]json.RawMessage
+	for i := 0; len(logs) < 3*1000 && i < *diffN; i++ {
+		c := aguigen.Generate(*diffSeed+1, i)
+		if log, ok := storedLog(c); ok && !loneSurrogate(log) {
+			logs = append(logs, log)
+		}
+	}
+	var threads []refThread
+	for i := 0; i+3 <= len(logs); i += 3 {
+		th := refThread{ID: "thread-" + strconv.Itoa(i/3)}
+		for k := 0; k < 3; k++ {
+			n := strconv.Itoa(k + 1)
+			th.Runs = append(th.Runs, refRun{RunID: "r" + n, ThreadID: "t",
+				Before: []refOp{{Op: "user", ID: "u" + n, Content: "question " + n}}, Events: logs[i+k]})
+		}
+		threads = append(threads, th)
+	}
+	results := runReference(t, threads)
+	for _, mode := range []string{"whole", "pageSize", "last"} {
+		t.Run(mode, func(t *testing.T) { compareThreads(t, threads, results, mode) })
+	}
+}
+
+// compareThreads builds the threads posting, per mode, the whole list the
+// client posted ("whole"), only the messages its previous post did not have
+// ("pageSize"), or only the last message ("last": a send before hydration
+// ended).
+func compareThreads(t *testing.T, threads []refThread, results []refResult, mode string) {
+	bad := 0
+	for i, th := range threads {
+		var tr thread.Transcript
+		for k, r := range th.Runs {
+			input := results[i].Inputs[k]
+			switch mode {
+			case "pageSize":
+				var prev json.RawMessage
+				if k > 0 {
+					prev = results[i].Inputs[k-1]
+				}
+				input = newOnly(t, input, prev)
+			case "last":
+				input = lastOnly(t, input)
+			}
+			if err := tr.Accept(r.RunID, input); err != nil {
+				t.Fatalf("%s: Accept(%s): %v", th.ID, r.RunID, err)
+			}
+			if err := tr.Finish(r.RunID, r.Events); err != nil {
+				t.Fatalf("%s: Finish(%s): %v", th.ID, r.RunID, err)
+			}
+		}
+		got := normalise(t, mustJSON(t, tr.Messages), isServerID)
+		want := normalise(t, results[i].Messages, isClientID)
+		if got != want {
+			if bad++; bad <= 3 {
+				var b bytes.Buffer
+				for k, r := range th.Runs {
+					b.WriteString("run " + r.RunID + " input: ")
+					b.Write(results[i].Inputs[k])
+					b.WriteString(" (" + mode + ")")
+					b.WriteByte('\n')
+					for _, e := range r.Events {
+						b.Write(e)
+						b.WriteByte('\n')
+					}
+				}
+				t.Errorf("%s: the transcripts differ %s\n%s", th.ID, firstDiff(got, want), b.Bytes())
+			}
+		}
+	}
+	t.Logf("builder: %d/%d threads of three generated runs build the client's messages (seed %d, %s)", len(threads)-bad, len(threads), *diffSeed+1, mode)
+}
+
+// lastOnly keeps only the last message of input.
+func lastOnly(t *testing.T, input json.RawMessage) json.RawMessage {
+	t.Helper()
+	var in map[string]json.RawMessage
+	if err := json.Unmarshal(input, &in); err != nil {
+		t.Fatal(err)
+	}
+	var msgs []json.RawMessage
+	_ = json.Unmarshal(in["messages"], &msgs)
+	in["messages"] = mustJSON(t, msgs[len(msgs)-1:])
+	return mustJSON(t, in)
+}
+
 func hasType(log []json.RawMessage, typ string) bool {
 	q := []byte(strconv.Quote(typ))
 	for _, e := range log {

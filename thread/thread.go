@@ -253,15 +253,22 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 		})
 	}
 
-	after := -1 // the index in t of the last known message of the list so far
+	// The client names a message created lazily at random: an assistant message with an
+	// unknown id is the client's copy of the next message t minted an id for, after the
+	// last one the list matched so far, or of the message that has its tool calls.
+	pos := -1
+	matched := map[int]bool{}
 	for _, m := range in.Messages {
-		if at := t.index(m.ID); at >= 0 && m.ID != "" {
-			after = at
-		}
-		if m.Role == "assistant" && t.index(m.ID) < 0 && t.lazyCopy(after, m.ToolCalls) {
-			// The client's random id of a message this thread minted an id for.
-			after++
-			continue
+		if m.Role == "tool" || m.Role == "reasoning" {
+			// Rows of an assistant message, not messages.
+		} else if at := t.indexAfter(m.ID, pos); at >= 0 {
+			pos = at
+		} else if m.Role == "assistant" {
+			if at := t.lazyCopy(pos, matched, m.ToolCalls); at >= 0 {
+				matched[at] = true
+				pos = max(pos, at)
+				continue
+			}
 		}
 		switch m.Role {
 		case "tool":
@@ -309,29 +316,43 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	return nil
 }
 
-// lazyCopy reports whether an assistant message of the wire with an unknown id is the
-// client's copy of a message created lazily (a tool call or reasoning before any
-// TEXT_MESSAGE_START, an error's empty message): it has a known tool call, or it follows
-// the known message at index after where t has a message with a minted id.
-func (t *Transcript) lazyCopy(after int, calls []struct {
+// indexAfter returns the index of the first message with the id after index
+// pos, else of the first one, else -1.
+func (t *Transcript) indexAfter(id string, pos int) int {
+	for i := pos + 1; i < len(t.Messages); i++ {
+		if t.Messages[i].ID == id {
+			return i
+		}
+	}
+	return t.index(id)
+}
+
+// lazyCopy returns the index of the message of t that an assistant message of the wire
+// with an unknown id stands for: the message that has one of its tool calls, else the first
+// assistant message after pos with an id Finish minted that no other wire message took; -1
+// when there is none (the message is new).
+func (t *Transcript) lazyCopy(pos int, matched map[int]bool, calls []struct {
 	ID       string `json:"id"`
 	Function struct {
 		Name      string `json:"name"`
 		Arguments string `json:"arguments"`
 	} `json:"function"`
-}) bool {
+}) int {
 	for _, c := range calls {
-		found := false
-		t.eachCall(func(p *Part) bool { return p.ID == c.ID }, func(*Message, *Part) { found = true })
-		if found {
-			return true
+		for i, m := range t.Messages {
+			for _, p := range m.Parts {
+				if p.Type == "tool-call" && p.ID == c.ID {
+					return i
+				}
+			}
 		}
 	}
-	if next := after + 1; next < len(t.Messages) {
-		m := t.Messages[next]
-		return m.Role == "assistant" && minted.MatchString(m.ID)
+	for i := pos + 1; i < len(t.Messages); i++ {
+		if m := t.Messages[i]; !matched[i] && m.Role == "assistant" && minted.MatchString(m.ID) {
+			return i
+		}
 	}
-	return false
+	return -1
 }
 
 // minted matches the ids Finish mints for messages ("<runId>-a<n>").
@@ -369,8 +390,16 @@ func (t *Transcript) eachCall(match func(*Part) bool, f func(*Message, *Part)) {
 }
 
 // clientToolResult applies a tool row of the wire to a call that waits for
-// its client tool's result (ChatClient's addToolResult).
+// its client tool's result (ChatClient's addToolResult): a call without
+// approval, output or result part.
 func (t *Transcript) clientToolResult(callID string, content json.RawMessage) {
+	for _, m := range t.Messages {
+		for _, p := range m.Parts {
+			if p.Type == "tool-result" && p.ToolCallID == callID {
+				return // the wire's row of a result t has
+			}
+		}
+	}
 	done := false
 	t.eachCall(func(p *Part) bool { return p.ID == callID }, func(m *Message, p *Part) {
 		if done || p.Approval != nil || p.Output != nil || p.State == "complete" || p.State == "error" {
