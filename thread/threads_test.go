@@ -86,7 +86,7 @@ func threads() []refThread {
 				`{"type":"TOOL_CALL_ARGS","toolCallId":"c1","delta":"{}"}`,
 				`{"type":"TOOL_CALL_END","toolCallId":"c1"}`,
 				`{"type":"RUN_FINISHED","threadId":"t","runId":"r1","outcome":{"type":"interrupt","interrupts":[{"id":"i1","reason":"client_tool_input","toolCallId":"c1","metadata":{"kind":"client_tool","toolName":"get_location"}}]}}`),
-			run("r2", []refOp{{Op: "toolResult", ToolCallID: "c1", Output: json.RawMessage(`{"city":"Lyon"}`)}}, startedRun("r2"),
+			run("r2", []refOp{{Op: "toolResult", ToolCallID: "c1", InterruptID: "i1", Output: json.RawMessage(`{"city":"Lyon"}`)}}, startedRun("r2"),
 				`{"type":"TEXT_MESSAGE_START","messageId":"m2","role":"assistant"}`,
 				`{"type":"TEXT_MESSAGE_CONTENT","messageId":"m2","delta":"You are in Lyon."}`,
 				`{"type":"TEXT_MESSAGE_END","messageId":"m2"}`, finishedRun("r2"))}},
