@@ -16,14 +16,18 @@ import (
 // reloadCase is one line of testdata/npm/tanstack-reload.mjs.
 type reloadCase struct {
 	ID      string            `json:"id"`
-	Hydrate json.RawMessage   `json:"hydrate"`
-	Replay  []json.RawMessage `json:"replay"`
+	Hydrate json.RawMessage   `json:"hydrate,omitempty"`
+	Replay  []json.RawMessage `json:"replay,omitempty"`
+	// PageSize and Pages (answers by the before cursor, "" for none) page instead.
+	PageSize int            `json:"pageSize,omitempty"`
+	Pages    map[string]any `json:"pages,omitempty"`
 }
 
 type reloadResult struct {
 	ID       string          `json:"id"`
 	Messages json.RawMessage `json:"messages"`
 	Joined   int             `json:"joined"`
+	Calls    int             `json:"calls"`
 	Error    string          `json:"error"`
 }
 
@@ -143,4 +147,54 @@ func copyTranscript(t *testing.T, tr thread.Transcript) thread.Transcript {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestPageClient pages transcripts through the real ChatClient (history.pageSize):
+// it hydrates the newest page, then loads older pages by the cursors Page issues
+// until none remains, and must end with the whole transcript, in order, having
+// asked once per page (an empty older page would fail the client's load).
+func TestPageClient(t *testing.T) {
+	var cases []reloadCase
+	var want []string
+	var pages []int
+	for _, n := range []int{0, 1, 2, 5, 12} {
+		msgs := make([]thread.Message, n)
+		for i := range msgs {
+			role := "user"
+			if i%2 == 1 {
+				role = "assistant"
+			}
+			msgs[i] = thread.Message{ID: "m" + strconv.Itoa(i), Role: role, Parts: []thread.Part{{Type: "text", Content: "text " + strconv.Itoa(i)}}}
+		}
+		for _, size := range []int{1, 2, 5, 13} {
+			answers := map[string]any{}
+			before, count := "", 0
+			for {
+				window, cursor := thread.Page(msgs, size, before)
+				page := map[string]any{"truncated": false}
+				if cursor != "" {
+					page = map[string]any{"truncated": true, "cursor": cursor}
+				}
+				answers[before] = map[string]any{"messages": window, "activeRun": nil, "interrupts": nil, "page": page}
+				count++
+				if cursor == "" {
+					break
+				}
+				before = cursor
+			}
+			c := reloadCase{ID: strconv.Itoa(n) + " messages, pages of " + strconv.Itoa(size), PageSize: size, Pages: answers}
+			cases = append(cases, c)
+			want = append(want, normalise(t, mustJSON(t, msgs), isMinted))
+			pages = append(pages, count)
+		}
+	}
+	results := runReload(t, cases)
+	for i, r := range results {
+		if got := normalise(t, r.Messages, isMinted); got != want[i] {
+			t.Errorf("%s: the client shows %s", cases[i].ID, firstDiff(want[i], got))
+		}
+		if r.Calls != pages[i] {
+			t.Errorf("%s: the client asked %d times, want once per page (%d)", cases[i].ID, r.Calls, pages[i])
+		}
+	}
 }
