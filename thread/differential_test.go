@@ -133,14 +133,19 @@ func TestDifferential(t *testing.T) {
 	for i, it := range items {
 		threads[i] = refThread{ID: it.id, Runs: []refRun{{RunID: "run", Events: it.log}}}
 	}
-	results := runReference(t, threads)
-	bad := 0
+	wait := startReference(t, threads)
+	built := make([]string, len(items))
 	for i, it := range items {
 		var tr thread.Transcript
 		if err := tr.Finish("run", it.log); err != nil {
 			t.Fatalf("%s: Finish: %v", it.id, err)
 		}
-		got := normalise(t, mustJSON(t, tr.Messages), isServerID)
+		built[i] = normalise(t, mustJSON(t, tr.Messages), isServerID)
+	}
+	results := wait()
+	bad := 0
+	for i, it := range items {
+		got := built[i]
 		want := normalise(t, results[i].Messages, isClientID)
 		if got != want {
 			if bad++; bad <= 3 {
