@@ -30,15 +30,16 @@ type refRun struct {
 
 // refOp is a call ChatClient makes on its processor between runs.
 type refOp struct {
-	Op         string `json:"op"` // user | approve | toolResult | truncate
-	ID         string `json:"id,omitempty"`
-	Content    string `json:"content,omitempty"`
-	ApprovalID string `json:"approvalId,omitempty"`
+	Op         string          `json:"op"` // user | approve | toolResult | truncate
+	ID         string          `json:"id,omitempty"`
+	Content    string          `json:"content,omitempty"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"` // of a user message
+	ApprovalID string          `json:"approvalId,omitempty"`
+	Approved   *bool           `json:"approved,omitempty"`
+	ToolCallID string          `json:"toolCallId,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
 	// InterruptID is the client-tool interrupt a toolResult answers.
-	InterruptID string          `json:"interruptId,omitempty"`
-	Approved    *bool           `json:"approved,omitempty"`
-	ToolCallID  string          `json:"toolCallId,omitempty"`
-	Output      json.RawMessage `json:"output,omitempty"`
+	InterruptID string `json:"interruptId,omitempty"`
 }
 
 type refResult struct {

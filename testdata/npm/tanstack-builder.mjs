@@ -6,7 +6,7 @@
 // Each input line is one thread, {"id", "runs": [{"runId", "threadId", "before": [op...],
 // "events": [AG-UI event...]}]}. For every run, the driver first applies the ops the client
 // applies between runs (ChatClient's own calls on its processor):
-//   {"op":"user","id","content"}                 addUserMessage (sendMessage)
+//   {"op":"user","id","content"[,"metadata"]}    addUserMessage (sendMessage)
 //   {"op":"approve","approvalId","approved"}     addToolApprovalResponse
 //   {"op":"toolResult","toolCallId","output"[,"interruptId"]}
 //                                                addToolResult (and, answering a client-tool
@@ -33,7 +33,7 @@ function runThread(thread) {
     for (const op of run.before ?? []) {
       switch (op.op) {
         case 'user':
-          p.addUserMessage(op.content, op.id)
+          p.addUserMessage(op.content, op.id, op.metadata)
           break
         case 'approve':
           p.addToolApprovalResponse(op.approvalId, op.approved)
