@@ -119,7 +119,7 @@ func startReference(t *testing.T, threads []refThread) func() []refResult {
 // mints from the run id.
 var (
 	clientID = regexp.MustCompile(`^msg-[0-9]+-[0-9a-z]*$`)
-	serverID = regexp.MustCompile(`^r[a-z0-9]*-[as][0-9]+$`)
+	serverID = regexp.MustCompile(`^[a-z][a-z0-9]*-[as][0-9]+$`)
 )
 
 // normalise returns messages (JSON) for comparison: createdAt removed, and

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/wsgateway/wsgateway/internal/testenv"
@@ -81,7 +82,8 @@ func runReload(t *testing.T, cases []reloadCase) []reloadResult {
 // reloads while a run is active hydrates what Active answers after any prefix
 // of the run's log, rejoins the run and replays its log from the start, and
 // must end with the messages Finish builds from the whole log. Every run of
-// the hand-written threads is reloaded at every event but its terminal, except
+// the hand-written threads is reloaded at every event but its terminal, and
+// the demo agent's threads (TestDemoAgent) at every third, except
 // threads whose replies start with reasoning before TEXT_MESSAGE_START (rule
 // 3: the client does not rebuild those) and the agent loop ending with
 // finishReason "tool_calls" (the client's rejoin does not finalize such a
@@ -98,10 +100,22 @@ func TestReload(t *testing.T) {
 			ths = append(ths, th)
 		}
 	}
+	// The demo agent's shapes but those that start with reasoning, at every
+	// third event.
+	n := len(ths)
+	for _, th := range demoThreads(t) {
+		if !strings.Contains(th.ID, `"reasoning":true`) {
+			ths = append(ths, th)
+		}
+	}
 	refs := runReference(t, ths)
 	var cases []reloadCase
 	var want []string
 	for i, th := range ths {
+		every := 1
+		if i >= n {
+			every = 3
+		}
 		var tr thread.Transcript
 		for j, r := range th.Runs {
 			if err := tr.Accept(r.RunID, refs[i].Inputs[j]); err != nil {
@@ -112,6 +126,9 @@ func TestReload(t *testing.T) {
 				t.Fatal(err)
 			}
 			for k := 1; k < len(r.Events); k++ {
+				if k%every != 0 && k != len(r.Events)-1 {
+					continue
+				}
 				answer := map[string]any{
 					"messages":   tr.Active(r.RunID, r.Events[:k]),
 					"activeRun":  map[string]string{"runId": r.RunID},
