@@ -30,6 +30,7 @@ func (c *conn) serveConversation() {
 			if c.srv.cfg.AbortOnDisconnect {
 				c.srv.turns.abortOwned(c)
 			}
+			c.unfollowAll()
 			c.finish()
 			c.srv.ended(c)
 			return
@@ -74,6 +75,10 @@ func (c *conn) handle(data []byte) {
 		c.abort(f.RunID)
 	case f.Kind == protocol.FrameAuth:
 		c.reauth(f.Token)
+	case f.Kind == protocol.FrameFollow:
+		c.follow(f.ThreadID)
+	case f.Kind == protocol.FrameUnfollow:
+		c.unfollow(f.ThreadID)
 	case f.Kind == protocol.FrameRun:
 		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
 			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
@@ -100,7 +105,8 @@ func (c *conn) abort(runID string) {
 // run starts a turn for a valid run frame. Log creation blocks, so it happens on a goroutine
 // owned by the Server (turns outlive sockets); frames after this one are read meanwhile.
 func (c *conn) run(in *protocol.RunAgentInput) {
-	s, prev, err := c.srv.turns.add(runKey{c.principal, in.RunID}, c, c.srv.cfg.MaxTurnsPerSocket, c.srv.cfg.EarlyAbortTTL)
+	thread := c.srv.cfg.Store.ThreadKey(c.principal, in.ThreadID)
+	s, prev, err := c.srv.turns.add(runKey{c.principal, in.RunID}, thread, c, c.srv.cfg.MaxTurnsPerSocket, c.srv.cfg.EarlyAbortTTL)
 	switch {
 	case errors.Is(err, errClosing):
 		return // the socket is closing 1012

@@ -34,6 +34,7 @@ type runKey struct{ principal, runID string }
 // Its fields but key, owner and ready are guarded by the registry's mu.
 type slot struct {
 	key     runKey
+	thread  string        // the thread's key (Store.ThreadKey)
 	owner   *conn         // the conversation socket whose run frame started it; nil over HTTP
 	ready   chan struct{} // closed once the turn started, or failed to
 	turn    *turn.Turn    // nil until started; stays nil if it could not start
@@ -60,12 +61,12 @@ var (
 	errTooManyTurns = errors.New("conversation: too many turns on the socket")
 )
 
-// add registers a slot for key and returns it with the slot it replaces (a resubmit), if
-// any. owner, the conversation socket of the run frame (nil over HTTP), may hold at most max
+// add registers a slot for key, a run of the thread key thread, and returns it with the slot
+// it replaces (a resubmit), if any. owner, the conversation socket of the run frame (nil over HTTP), may hold at most max
 // keys: a new key beyond is refused with errTooManyTurns. An abort of the key that owner
 // remembers younger than ttl marks the new slot aborted. Once Shutdown began, add fails with
 // errClosing.
-func (r *registry) add(key runKey, owner *conn, max int, ttl time.Duration) (s, prev *slot, err error) {
+func (r *registry) add(key runKey, thread string, owner *conn, max int, ttl time.Duration) (s, prev *slot, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closing {
@@ -78,7 +79,7 @@ func (r *registry) add(key runKey, owner *conn, max int, ttl time.Duration) (s, 
 	if r.slots == nil {
 		r.slots = make(map[runKey]*slot)
 	}
-	s = &slot{key: key, owner: owner, ready: make(chan struct{})}
+	s = &slot{key: key, thread: thread, owner: owner, ready: make(chan struct{})}
 	if owner != nil {
 		s.aborted = owner.early.take(key.runID, time.Now(), ttl)
 	}
@@ -224,6 +225,10 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		}
 		log.Warn("creating run log", slog.String(keyErr, err.Error()))
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
+	}
+	// Followers of the thread learn of the run now that its log exists.
+	if err := srv.cfg.Store.Announce(s.thread, jetstream.ThreadRun{RunID: s.key.runID, Origin: originOf(s.owner)}); err != nil {
+		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
 	}
 	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened

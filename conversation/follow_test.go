@@ -1,0 +1,244 @@
+package conversation_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wsgateway/wsgateway/conversation"
+	"github.com/wsgateway/wsgateway/protocol"
+)
+
+// threadRunFrame is a run frame of the test agent for runID in thread threadID.
+func threadRunFrame(threadID, runID string, sc script) []byte {
+	b, _ := json.Marshal(map[string]any{
+		"threadId":       threadID,
+		"runId":          runID,
+		"messages":       []any{map[string]any{"id": "u1", "role": "user", "content": "hello"}},
+		"forwardedProps": map[string]any{"test": sc},
+	})
+	return b
+}
+
+func followFrame(kind, threadID string) []byte {
+	return []byte(fmt.Sprintf(`{"type":%q,"threadId":%q}`, kind, threadID))
+}
+
+// handled waits until cl's socket handled the frames sent before: frames are handled in order,
+// and a follow frame without a threadId is answered.
+func handled(t testing.TB, cl *client) {
+	t.Helper()
+	cl.send([]byte(`{"type":"follow"}`))
+	if f := cl.next(10 * time.Second); f.Kind != protocol.FrameEvent || !strings.Contains(f.raw, "invalid_input") {
+		t.Fatalf("answer to an invalid follow frame: %s (%v)", f.raw, f.err)
+	}
+}
+
+// runOf returns the runId field of an envelope, "" for none.
+func runOf(f frame) string {
+	var v struct {
+		RunID string `json:"runId"`
+	}
+	json.Unmarshal([]byte(f.raw), &v)
+	return v.RunID
+}
+
+// followed reads cl until every run of want has delivered its terminal, and returns the
+// frames of each run (by runId). A frame that is not an envelope naming one of them fails
+// the test.
+func followed(t testing.TB, cl *client, want ...string) map[string][]frame {
+	t.Helper()
+	runs := map[string][]frame{}
+	ended := 0
+	for ended < len(want) {
+		f := cl.next(30 * time.Second)
+		if f.err != nil {
+			t.Fatalf("socket ended before every followed run ended (%d of %d): %v", ended, len(want), f.err)
+		}
+		id := runOf(f)
+		if f.Kind != protocol.FrameEnvelope || !slices.Contains(want, id) {
+			t.Fatalf("frame %s: want an envelope of runs %v", f.raw, want)
+		}
+		runs[id] = append(runs[id], f)
+		if f.Type.Terminal() {
+			ended++
+		}
+	}
+	return runs
+}
+
+// sameRun asserts that a followed run's frames are the run's log, from its first event to
+// its terminal: the same offsets and events, in order.
+func sameRun(t testing.TB, what string, got, log []frame) {
+	t.Helper()
+	var g, l []string
+	for _, f := range got {
+		g = append(g, f.Offset+" "+string(f.Event))
+	}
+	for _, f := range log {
+		l = append(l, f.Offset+" "+string(f.Event))
+	}
+	if !slices.Equal(g, l) {
+		t.Errorf("%s: %d frames\n%s\nwant the log's %d\n%s", what, len(g), strings.Join(g, "\n"), len(l), strings.Join(l, "\n"))
+	}
+}
+
+// TestFollowAcrossGateways: sockets on two gateways sharing NATS follow one thread. A
+// follower receives each run of the thread, started on either gateway, from any socket or
+// from HTTP, from its first event to its terminal, once and in order, with its runId; a run
+// running when the follow arrives is delivered from its start; the socket that started a
+// run does not receive it twice; three runs at once all arrive complete.
+func TestFollowAcrossGateways(t *testing.T) {
+	e1 := newEnv(t, envOptions{})
+	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL()})
+
+	b := dial(t, e2.url(), "")
+	b.send(followFrame("follow", "T"))
+	a := dial(t, e1.url(), "")
+	a.send(followFrame("follow", "T"))
+	// The follows are handled in order with the run frames of their sockets: a run frame
+	// sent on a socket after its follow is delivered to it whether it is announced or found
+	// running.
+	a.send(threadRunFrame("T", "r1", script{Tokens: 20, IntervalMs: 5}))
+	own := a.untilTerminal()
+	if got := summary(own); got != tokenTurn(20) {
+		t.Fatalf("the starting socket got %s", got)
+	}
+	for _, f := range own {
+		if runOf(f) != "" {
+			t.Fatalf("the starting socket got its own run as a followed run: %s", f.raw)
+		}
+	}
+	got := followed(t, b, "r1")
+	log, end := e1.resume(t, "r1", "-1")
+	if end.code != 1000 {
+		t.Fatalf("resume of r1 closed %d", end.code)
+	}
+	sameRun(t, "follower on the other gateway, r1", got["r1"], log)
+	sameRun(t, "the starting socket, r1", own, log)
+
+	// A second socket (other gateway) starts r2: the first socket, which follows T, gets it
+	// and nothing more of r1.
+	c := dial(t, e2.url(), "")
+	c.send(threadRunFrame("T", "r2", script{Tokens: 3}))
+	c.untilTerminal()
+	log2, _ := e2.resume(t, "r2", "-1")
+	sameRun(t, "the first socket, r2", followed(t, a, "r2")["r2"], log2)
+	sameRun(t, "follower, r2", followed(t, b, "r2")["r2"], log2)
+
+	// Halfway: r3 runs; a new follower gets it from its start.
+	a.send(threadRunFrame("T", "r3", script{Tokens: 40, IntervalMs: 20}))
+	for n := 0; n < 10; {
+		if f := a.next(20 * time.Second); f.err != nil {
+			t.Fatal(f.err)
+		} else if f.Type == "TEXT_MESSAGE_CONTENT" {
+			n++
+		}
+	}
+	late := dial(t, e2.url(), "")
+	late.send(followFrame("follow", "T"))
+	got = followed(t, late, "r3")
+	log3, _ := e1.resume(t, "r3", "-1")
+	if summary(log3) != tokenTurn(40) {
+		t.Fatalf("log of r3: %s", summary(log3))
+	}
+	sameRun(t, "follower that came halfway, r3", got["r3"], log3)
+	sameRun(t, "follower, r3", followed(t, b, "r3")["r3"], log3)
+
+	// Three runs at once: two sockets on two gateways and a POST on the thread's runs.
+	s1, s2 := dial(t, e1.url(), ""), dial(t, e2.url(), "")
+	s1.send(threadRunFrame("T", "r4", script{Tokens: 30, IntervalMs: 10}))
+	s2.send(threadRunFrame("T", "r5", script{Tokens: 30, IntervalMs: 10}))
+	resp, err := http.Post(e1.http.URL+"/api/threads/T/runs", "application/json",
+		strings.NewReader(`{"runId":"r6","messages":[{"id":"u","role":"user","content":"x"}],"forwardedProps":{"test":{"tokens":30,"intervalMs":10}}}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted || string(body) != `{"runId":"r6","joinUrl":"/api/chat?offset=-1\u0026runId=r6"}`+"\n" {
+		t.Fatalf("POST /api/threads/T/runs = %d %s", resp.StatusCode, body)
+	}
+	all := followed(t, b, "r4", "r5", "r6")
+	for _, id := range []string{"r4", "r5", "r6"} {
+		log, _ := e2.resume(t, id, "-1")
+		if summary(log) != tokenTurn(30) {
+			t.Fatalf("log of %s: %s", id, summary(log))
+		}
+		sameRun(t, "follower, "+id, all[id], log)
+	}
+}
+
+// TestFollowBoundaries: unfollow stops delivery; another principal following the same
+// threadId string receives nothing; a follow beyond the socket's limit is refused with a
+// bare RUN_ERROR limit_exceeded and the socket goes on.
+func TestFollowBoundaries(t *testing.T) {
+	e := newEnv(t, envOptions{maxFollows: 2})
+	f := dial(t, e.url(), "")
+	f.send(followFrame("follow", "T"))
+	f.send(followFrame("follow", "U"))
+	f.send(followFrame("follow", "V"))
+	if fr := f.next(10 * time.Second); fr.Kind != protocol.FrameEvent || fr.Type != "RUN_ERROR" ||
+		!strings.Contains(fr.raw, conversation.MsgTooManyFollows) || !strings.Contains(fr.raw, `"code":"limit_exceeded"`) {
+		t.Fatalf("third follow answered %s (%v), want a bare RUN_ERROR limit_exceeded", fr.raw, fr.err)
+	}
+	f.send(followFrame("follow", "T")) // again: no change, no refusal
+	f.send(followFrame("unfollow", "T"))
+	handled(t, f)
+	other := dial(t, e.url(), "p2")
+	other.send(followFrame("follow", "U"))
+	handled(t, other)
+
+	starter := dial(t, e.url(), "")
+	starter.send(threadRunFrame("T", "after-unfollow", script{Tokens: 2}))
+	starter.untilTerminal()
+	// A run of U, started after the run of T ended: the follower gets it alone.
+	starter.send(threadRunFrame("U", "marker", script{Tokens: 2}))
+	starter.untilTerminal()
+	got := followed(t, f, "marker")
+	if summary(got["marker"]) != tokenTurn(2) {
+		t.Fatalf("marker: %s", summary(got["marker"]))
+	}
+	// The other principal's U is another thread: a run of its own arrives alone.
+	p2 := dial(t, e.url(), "p2")
+	p2.send(threadRunFrame("U", "p2-run", script{Tokens: 1}))
+	p2.untilTerminal()
+	if got := followed(t, other, "p2-run"); summary(got["p2-run"]) != tokenTurn(1) {
+		t.Fatalf("p2's own run: %s", summary(got["p2-run"]))
+	}
+	if n := e.metric(t, "wsgateway_conversation_limit_refusals_total", "max_follows"); n != 1 {
+		t.Errorf("limit refusals {max_follows} = %v, want 1", n)
+	}
+}
+
+// TestAbortOnResumeSocket: after a drop, the client's only socket is a resume socket of
+// the turn, on another gateway: an abort frame there ends the turn RUN_ERROR aborted.
+func TestAbortOnResumeSocket(t *testing.T) {
+	e1 := newEnv(t, envOptions{})
+	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL()})
+	a := dial(t, e1.url(), "")
+	a.send(threadRunFrame("T", "long", script{Tokens: 1000, IntervalMs: 20}))
+	var last string
+	for n := 0; n < 3; {
+		f := a.next(20 * time.Second)
+		if f.err != nil {
+			t.Fatal(f.err)
+		}
+		last = f.Offset
+		if f.Type == "TEXT_MESSAGE_CONTENT" {
+			n++
+		}
+	}
+	a.c.CloseNow()
+	r := dial(t, e2.url("runId", "long", "offset", last), "")
+	r.send(abortFrame("long"))
+	frames, end := r.untilClose()
+	if end.code != 1000 || len(frames) == 0 || summary(frames[len(frames)-1:]) != "RUN_ERROR:aborted" {
+		t.Fatalf("resume socket after its abort: %s, closed %d", summary(frames), end.code)
+	}
+}
