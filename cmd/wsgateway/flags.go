@@ -86,6 +86,7 @@ type serveConfig struct {
 	earlyAbortTTL    time.Duration
 	maxSocketTurns   int
 	maxPrincipalSock int
+	maxFollows       int
 	runFrameRate     float64
 	runFrameBurst    int
 
@@ -269,6 +270,7 @@ var serveFlags = []serveFlag{
 	{"early-aborts", strconv.Itoa(conversation.DefaultEarlyAborts), "aborts remembered per socket for run frames not yet arrived (the oldest is forgotten beyond)", positiveInt(func(c *serveConfig) *int { return &c.earlyAborts })},
 	{"early-abort-ttl", conversation.DefaultEarlyAbortTTL.String(), "how long such an abort is remembered", durationSetter(func(c *serveConfig) *time.Duration { return &c.earlyAbortTTL })},
 	{"max-socket-turns", strconv.Itoa(conversation.DefaultMaxTurnsPerSocket), "turns running at once on one conversation socket; a run frame for another runId gets RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxSocketTurns })},
+	{"max-follows", strconv.Itoa(conversation.DefaultMaxFollowsPerSocket), "threads one conversation socket may follow at once; a follow frame for another thread gets RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxFollows })},
 	{"max-principal-sockets", strconv.Itoa(conversation.DefaultMaxSocketsPerPrincipal), "sockets and HTTP streams one principal may hold at once; beyond, 429 before the upgrade", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalSock })},
 	{"run-frame-rate", strconv.Itoa(conversation.DefaultRunFrameRate), "run frames per second a conversation socket may send on average (aborts not counted); beyond, RUN_ERROR limit_exceeded", func(c *serveConfig, v string) error {
 		r, err := strconv.ParseFloat(v, 64)
