@@ -55,6 +55,7 @@ type conn struct {
 	// gone: the reader is returning, or the writer closing: no goroutine may start.
 	gone        bool
 	resume      bool // a resume socket (else a conversation socket); set once
+	ended       bool // the reader stopped: no follow or catch-up starts (follow.go)
 	closeCode   websocket.StatusCode
 	closeReason string
 	room        chan struct{} // closed when the writer takes frames, for a waiting producer

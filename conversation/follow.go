@@ -83,12 +83,88 @@ func (s *Server) leave(f *follow) {
 	}
 }
 
-// follows is what a conversation socket follows, allocated at its first follow frame.
+// follows is what a conversation socket follows, and the runs it is sent from their logs
+// (followed runs, and the rest of its own turns that another client aborted), allocated at
+// the first (tasksOf).
 type follows struct {
 	mu       sync.Mutex
 	closed   bool
 	byThread map[string]*follow // by thread key
 	wg       sync.WaitGroup     // the runs being delivered
+	ctx      context.Context    // cancelled when the socket's reader stopped
+	cancel   context.CancelFunc
+}
+
+// tasksOf returns the socket's follows, allocating them; nil once its reader stopped.
+func (c *conn) tasksOf() *follows {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.ended {
+		return nil
+	}
+	if c.follows == nil {
+		ctx, cancel := context.WithCancel(context.Background())
+		c.follows = &follows{ctx: ctx, cancel: cancel}
+	}
+	return c.follows
+}
+
+// catchUp sends the socket the rest of its own turn runID, which another client aborted: the
+// turn delivers nothing live after an abort, so the log after the last offset delivered live
+// (after, "" for none) is read and sent as envelopes naming the run, to its close.
+func (c *conn) catchUp(runID, after string) {
+	if after == "" {
+		after = jetstream.FromStart
+	}
+	fs := c.tasksOf()
+	if fs == nil {
+		return
+	}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.closed {
+		return
+	}
+	fs.wg.Add(1)
+	go func() {
+		defer fs.wg.Done()
+		c.srv.replay(fs.ctx, c.principal, runID, after, c.logger(), nil, c.runSender(runID))
+	}()
+}
+
+// runSender returns the replay's send function of a run delivered from its log: envelopes
+// naming the run, queued as a turn's events are (1013 when the queue overflows).
+func (c *conn) runSender(runID string) func(ctx context.Context, offset string, event []byte) error {
+	return func(ctx context.Context, offset string, event []byte) error {
+		frame := protocol.AppendRunEnvelope(make([]byte, 0, len(event)+len(offset)+len(runID)+32), offset, event, runID)
+		if !c.deliverFrame(frame, time.Time{}) {
+			return errSocketClosed
+		}
+		return nil
+	}
+}
+
+// ownSink is the sink of a turn a conversation socket started: it remembers the offset of
+// the last event delivered live (catchUp).
+type ownSink struct {
+	c    *conn
+	mu   sync.Mutex
+	last string
+}
+
+func (o *ownSink) Deliver(offset string, event []byte, emitted time.Time) {
+	if offset != "" {
+		o.mu.Lock()
+		o.last = offset
+		o.mu.Unlock()
+	}
+	o.c.Deliver(offset, event, emitted)
+}
+
+func (o *ownSink) lastOffset() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.last
 }
 
 // follow is one socket's follow of one thread: it delivers each run of the thread, from
@@ -124,12 +200,10 @@ func originOf(owner *conn) string {
 // RUN_ERROR.
 func (c *conn) follow(threadID string) {
 	key := c.srv.cfg.Store.ThreadKey(c.principal, threadID)
-	c.mu.Lock()
-	if c.follows == nil {
-		c.follows = &follows{}
+	fs := c.tasksOf()
+	if fs == nil {
+		return
 	}
-	fs := c.follows
-	c.mu.Unlock()
 	fs.mu.Lock()
 	if fs.closed || fs.byThread[key] != nil {
 		fs.mu.Unlock()
@@ -205,6 +279,7 @@ func (c *conn) unfollowKey(key string) {
 func (c *conn) unfollowAll() {
 	c.mu.Lock()
 	fs := c.follows
+	c.ended = true
 	c.mu.Unlock()
 	if fs == nil {
 		return
@@ -214,6 +289,7 @@ func (c *conn) unfollowAll() {
 	all := fs.byThread
 	fs.byThread = nil
 	fs.mu.Unlock()
+	fs.cancel()
 	for _, f := range all {
 		f.cancel()
 		c.srv.leave(f)
@@ -264,14 +340,7 @@ func (f *follow) deliver(runID string) {
 	c := f.c
 	fs := c.follows
 	defer fs.wg.Done()
-	send := func(ctx context.Context, offset string, event []byte) error {
-		frame := protocol.AppendRunEnvelope(make([]byte, 0, len(event)+len(offset)+len(runID)+32), offset, event, runID)
-		if !c.deliverFrame(frame, time.Time{}) {
-			return errSocketClosed
-		}
-		return nil
-	}
-	c.srv.replay(f.ctx, c.principal, runID, jetstream.FromStart, c.logger(), nil, send)
+	c.srv.replay(f.ctx, c.principal, runID, jetstream.FromStart, c.logger(), nil, c.runSender(runID))
 	fs.mu.Lock()
 	delete(f.active, runID)
 	if f.querying {

@@ -242,3 +242,70 @@ func TestAbortOnResumeSocket(t *testing.T) {
 		t.Fatalf("resume socket after its abort: %s, closed %d", summary(frames), end.code)
 	}
 }
+
+// TestAbortElsewhereReachesOwner: a turn aborted from a socket of another gateway, or over
+// HTTP, delivers nothing more live, so the socket that started it is sent the rest of its log
+// (envelopes naming the run): it sees every event once and the RUN_ERROR aborted. A turn its
+// own socket aborts sends nothing more.
+func TestAbortElsewhereReachesOwner(t *testing.T) {
+	e1 := newEnv(t, envOptions{})
+	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL()})
+	for _, how := range []string{"socket", "http", "own"} {
+		t.Run(how, func(t *testing.T) {
+			runID := "aborted-by-" + how
+			a := dial(t, e1.url(), "")
+			a.send(threadRunFrame("T", runID, script{Tokens: 1000, IntervalMs: 10}))
+			var got []frame
+			for n := 0; n < 3; {
+				f := a.next(20 * time.Second)
+				got = append(got, f)
+				if f.Type == "TEXT_MESSAGE_CONTENT" {
+					n++
+				}
+			}
+			switch how {
+			case "socket":
+				dial(t, e2.url(), "").send(abortFrame(runID))
+			case "http":
+				resp, err := http.Post(e2.http.URL+"/api/runs/"+runID+"/abort", "", nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+			case "own":
+				a.send(abortFrame(runID))
+			}
+			e1.waitClosed(t, runID)
+			log, _ := e1.resume(t, runID, "-1")
+			if how == "own" {
+				// The frames delivered before the abort took effect, then nothing.
+				for {
+					f := a.next(time.Second)
+					if f.err != nil {
+						break
+					}
+					if runOf(f) != "" {
+						t.Fatalf("own abort: the socket got %s", f.raw)
+					}
+					got = append(got, f)
+				}
+				sameRun(t, "own abort, what the socket got", got, log[:len(got)])
+				return
+			}
+			for !got[len(got)-1].Type.Terminal() {
+				f := a.next(20 * time.Second)
+				if f.err != nil {
+					t.Fatalf("the owner's socket ended before the terminal: %v", f.err)
+				}
+				if id := runOf(f); id != "" && id != runID {
+					t.Fatalf("frame of another run: %s", f.raw)
+				}
+				got = append(got, f)
+			}
+			sameRun(t, "the owner's socket", got, log)
+			if summary(got[len(got)-1:]) != "RUN_ERROR:aborted" {
+				t.Fatalf("the owner's socket ends with %s", summary(got[len(got)-1:]))
+			}
+		})
+	}
+}

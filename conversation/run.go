@@ -117,7 +117,8 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 		return
 	}
 	c.hb.TurnStarted()
-	go c.start(turnRequest{slot: s, prev: prev, in: in, values: c.turnCtx, sink: c, log: c.logger()})
+	s.live = &ownSink{c: c}
+	go c.start(turnRequest{slot: s, prev: prev, in: in, values: c.turnCtx, sink: s.live, log: c.logger()})
 }
 
 // start starts the turn of a run frame through the Server's one turn-starting path, and

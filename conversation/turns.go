@@ -39,6 +39,8 @@ type slot struct {
 	ready   chan struct{} // closed once the turn started, or failed to
 	turn    *turn.Turn    // nil until started; stays nil if it could not start
 	aborted bool          // an abort arrived
+	foreign bool          // an abort arrived from elsewhere than the owner's socket
+	live    *ownSink      // the owner's sink; nil over HTTP
 }
 
 // registry is the Server's one record of turns, keyed by principal and runId, whatever
@@ -104,8 +106,13 @@ func (r *registry) end(s *slot) {
 		delete(r.slots, s.key)
 		r.count(s, -1)
 	}
+	foreign := s.foreign
 	r.mu.Unlock()
 	if s.owner != nil {
+		// The owner's socket learns how its turn ended when another client aborted it.
+		if foreign && s.live != nil {
+			s.owner.catchUp(s.key.runID, s.live.lastOffset())
+		}
 		s.owner.hb.TurnEnded()
 	}
 	r.wg.Done()
@@ -113,8 +120,9 @@ func (r *registry) end(s *slot) {
 
 // abort stops the turn of key, now or as soon as it starts, and reports whether the
 // registry holds it. Without one, from, the socket of the abort frame (nil for a request of
-// another gateway), remembers the abort (max entries of age ttl) until its run frame
-// arrives.
+// another gateway or over HTTP), remembers the abort (max entries of age ttl) until its run
+// frame arrives. An abort from elsewhere than the turn's socket makes the turn's end reach
+// that socket from the log (conn.catchUp).
 func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) bool {
 	r.mu.Lock()
 	s := r.slots[key]
@@ -124,6 +132,9 @@ func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) boo
 		}
 		r.mu.Unlock()
 		return false
+	}
+	if from != s.owner {
+		s.foreign = true
 	}
 	r.mu.Unlock()
 	r.abortSlot(s)

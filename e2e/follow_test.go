@@ -395,7 +395,7 @@ func TestThreadAbortAnywhere(t *testing.T) {
 	}
 
 	t.Run("second socket on the other gateway", func(t *testing.T) {
-		start(t, "abort-socket")
+		a, _ := start(t, "abort-socket")
 		b := tg.dial(t, ctx, tg.g2, "alice", "")
 		sendText(t, ctx, b, `{"type":"follow","threadId":"T"}`)
 		for w := readT(t, ctx, b); w.Type != "TEXT_MESSAGE_CONTENT"; w = readT(t, ctx, b) {
@@ -407,6 +407,11 @@ func TestThreadAbortAnywhere(t *testing.T) {
 		if w.Type != "RUN_ERROR" || w.Code != "aborted" || time.Since(sent) > 10*time.Second {
 			t.Fatalf("terminal %+v after %v", w, time.Since(sent))
 		}
+		// Tab A, which started the turn, sees it end too.
+		if w := untilTerminal(t, a, "abort-socket"); w.Type != "RUN_ERROR" || w.Code != "aborted" {
+			t.Fatalf("tab A's terminal %+v", w)
+		}
+		t.Logf("abort frame on a socket of the other gateway → terminal on the starting socket: %v", time.Since(sent))
 		ended(t, "abort-socket")
 	})
 
