@@ -94,10 +94,10 @@ func (c *conn) handle(data []byte) {
 // another one sharing the store, which the request reaches; the socket also remembers the
 // abort until its run frame arrives.
 func (c *conn) abort(runID string) {
-	if c.srv.turns.abort(runKey{c.principal, runID}, c, c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL) {
+	if c.srv.turns.abort(runKey{c.principal, runID}, c, c.origin(), c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL) {
 		return
 	}
-	if err := c.srv.cfg.Store.RequestAbort(c.principal, runID); err != nil {
+	if err := c.srv.cfg.Store.RequestAbort(c.principal, runID, c.origin()); err != nil {
 		c.logAttrs(slog.LevelWarn, "abort request to the other gateways", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 	}
 }

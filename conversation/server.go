@@ -31,8 +31,8 @@ type Store interface {
 	Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error)
 	// RequestAbort asks every gateway sharing the store to abort the principal's run;
 	// OnAbort delivers those requests (this gateway's own too) for the Server's lifetime.
-	RequestAbort(principal, runID string) error
-	OnAbort(f func(principal, runID string)) error
+	RequestAbort(principal, runID, origin string) error
+	OnAbort(f func(principal, runID, origin string)) error
 	// ThreadKey names a principal's thread on the wire. Announce tells every gateway that a
 	// run of a thread was accepted, SubscribeThread receives those announcements, and
 	// QueryThread asks every gateway which runs of a thread run now, which OnThreadQuery
@@ -259,8 +259,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	// An abort frame on a socket of another gateway reaches the turn here, and a follower
 	// there learns which runs of its thread run here.
-	err = cfg.Store.OnAbort(func(principal, runID string) {
-		s.turns.abort(runKey{principal, runID}, nil, 0, 0)
+	err = cfg.Store.OnAbort(func(principal, runID, origin string) {
+		s.turns.abort(runKey{principal, runID}, nil, origin, 0, 0)
 	})
 	if err == nil {
 		err = cfg.Store.OnThreadQuery(s.runningRuns)

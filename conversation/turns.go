@@ -121,9 +121,10 @@ func (r *registry) end(s *slot) {
 // abort stops the turn of key, now or as soon as it starts, and reports whether the
 // registry holds it. Without one, from, the socket of the abort frame (nil for a request of
 // another gateway or over HTTP), remembers the abort (max entries of age ttl) until its run
-// frame arrives. An abort from elsewhere than the turn's socket makes the turn's end reach
-// that socket from the log (conn.catchUp).
-func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) bool {
+// frame arrives. origin names the socket that asked (conn.origin, "" for none): an abort
+// from elsewhere than the turn's socket makes the turn's end reach that socket from the log
+// (conn.catchUp).
+func (r *registry) abort(key runKey, from *conn, origin string, max int, ttl time.Duration) bool {
 	r.mu.Lock()
 	s := r.slots[key]
 	if s == nil {
@@ -133,7 +134,7 @@ func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) boo
 		r.mu.Unlock()
 		return false
 	}
-	if from != s.owner {
+	if s.owner != nil && origin != s.owner.origin() {
 		s.foreign = true
 	}
 	r.mu.Unlock()
