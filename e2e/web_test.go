@@ -352,16 +352,17 @@ func TestWebFollowingSocketStaysOpen(t *testing.T) {
 	}
 }
 
-// TestWebRejoinUnknownRun reloads a page whose stored thread names a running turn the gateway
-// does not know (its log expired, or it never started): the rejoin is refused (4404) and the
-// page shows the error on that turn instead of waiting for ever; the conversation goes on.
+// TestWebRejoinUnknownRun reloads a page whose stored thread (also in its address) names a
+// running turn the gateway does not know (its log expired, or it never started): the rejoin
+// is refused (4404) and the page shows the error on that turn instead of waiting for ever;
+// the conversation goes on.
 func TestWebRejoinUnknownRun(t *testing.T) {
 	g := startGateway(t)
 	p := openPage(t, startBrowser(t), g.URL+"/")
 	eval[chromedp.Void](p, `sessionStorage.setItem("wsgateway.thread", JSON.stringify({
 		threadId: "thread-e2e",
 		turns: [{ runId: "run-never-started", user: { id: "msg-1", content: "lost" }, blocks: [], status: "running", notes: [] }],
-	}))`)
+	})); history.replaceState(null, "", "#thread=thread-e2e")`)
 	p.do(chromedp.Reload())
 	p.waitReady()
 	got := p.waitStatus(0, "error")
