@@ -309,3 +309,31 @@ func TestAbortElsewhereReachesOwner(t *testing.T) {
 		})
 	}
 }
+
+// TestSlowFollower: a follower that does not read while a followed run produces is closed
+// 1013 like any socket; it resumes the run by the last offset it received and has the whole
+// run once.
+func TestSlowFollower(t *testing.T) {
+	e := newEnv(t, envOptions{queueSize: 4})
+	f := dial(t, e.url(), "")
+	f.send(followFrame("follow", "T"))
+	handled(t, f)
+	starter := dial(t, e.url(), "")
+	starter.send(threadRunFrame("T", "slow-follow", script{Tokens: 300, DeltaBytes: 16 << 10}))
+	e.waitClosed(t, "slow-follow")
+	got, end := f.untilClose()
+	if end.code != conversation.StatusSlowConsumer || end.reason != "slow consumer" || len(got) == 0 {
+		t.Fatalf("follower closed %v after %d frames, want 1013 slow consumer after some", end.err, len(got))
+	}
+	for _, fr := range got {
+		if runOf(fr) != "slow-follow" {
+			t.Fatalf("frame %s, want an envelope of slow-follow", fr.raw)
+		}
+	}
+	rest, _ := e.resume(t, "slow-follow", got[len(got)-1].Offset)
+	all := append(got, rest...)
+	distinctOffsets(t, all)
+	if s := summary(all); s != tokenTurn(300) {
+		t.Errorf("followed + resumed = %d events, want the whole run (305)", len(all))
+	}
+}
