@@ -71,6 +71,10 @@
 // Config.MaxFollowsPerSocket is answered with a bare RUN_ERROR limit_exceeded
 // (MsgTooManyFollows). ThreadRunsHandler starts a turn without a socket, into its log only.
 //
+// An abort names the socket that sent it (its origin, also across gateways): a turn aborted
+// from elsewhere delivers nothing more live, so when it ends the socket that started it is
+// sent the rest of its log after the last offset its sink delivered (ownSink, catchUp).
+//
 // # HTTP transport
 //
 // The path chooses the framing (http.go): SSE writes "id: <offset>" and "data: <event>"
