@@ -337,3 +337,65 @@ func TestSlowFollower(t *testing.T) {
 		t.Errorf("followed + resumed = %d events, want the whole run (305)", len(all))
 	}
 }
+
+// TestThreadRuns: POST /api/threads/{threadId}/runs starts a turn without a socket (runId
+// minted when absent) that a follower of the thread receives whole, and that its join URL
+// replays; bad requests are refused before anything starts.
+func TestThreadRuns(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	f := dial(t, e.url(), "")
+	f.send(followFrame("follow", "T"))
+	handled(t, f)
+	post := func(path, body string) (int, map[string]string) {
+		t.Helper()
+		resp, err := http.Post(e.http.URL+path, "application/json", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var out map[string]string
+		json.NewDecoder(resp.Body).Decode(&out)
+		return resp.StatusCode, out
+	}
+	status, out := post("/api/threads/T/runs", `{"messages":[{"id":"u","role":"user","content":"x"}],"forwardedProps":{"test":{"tokens":3}}}`)
+	runID := out["runId"]
+	if status != http.StatusAccepted || !strings.HasPrefix(runID, "run-") || len(runID) != 30 ||
+		out["joinUrl"] != "/api/chat?offset=-1&runId="+runID {
+		t.Fatalf("POST = %d %v, want 202 with a minted runId and its join URL", status, out)
+	}
+	got := followed(t, f, runID)
+	log, _ := e.resume(t, runID, "-1")
+	sameRun(t, "follower of a server-started run", got[runID], log)
+	if summary(log) != tokenTurn(3) {
+		t.Fatalf("log: %s", summary(log))
+	}
+	resp, err := http.Get(e.http.URL + out["joinUrl"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"type":"RUN_FINISHED"`) {
+		t.Fatalf("GET join URL = %d %s", resp.StatusCode, body)
+	}
+	for _, tt := range []struct{ body, want string }{
+		{`[]`, "the request body is not a JSON object: a RunAgentInput is expected"},
+		{`{"threadId":"U","messages":[]}`, "the body's threadId differs from the path's"},
+		{`{"messages":"no"}`, "messages: required array"},
+	} {
+		if status, out := post("/api/threads/T/runs", tt.body); status != http.StatusBadRequest || out["error"] != tt.want {
+			t.Errorf("POST %s = %d %v, want 400 %q", tt.body, status, out, tt.want)
+		}
+	}
+	// Another principal's runId is refused.
+	req, _ := http.NewRequest(http.MethodPost, e.http.URL+"/api/threads/T/runs", strings.NewReader(`{"runId":"`+runID+`","messages":[]}`))
+	req.Header.Set("X-Principal", "p2")
+	resp, err = http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("another principal's runId: %d, want 403", resp.StatusCode)
+	}
+}
