@@ -80,7 +80,7 @@ func (s *Server) answerAbort(w http.ResponseWriter, r *http.Request, principal, 
 // outcome once its log is closed: it reads the whole log, which a run still being created
 // here, or aborted as it starts, has soon (jetstream.Store.Read waits for it).
 func (s *Server) abortRun(ctx context.Context, principal, runID string) (string, error) {
-	if !s.turns.abort(runKey{principal, runID}, nil, 0, 0) {
+	if !s.turns.abort(runKey{principal, runID}, nil, "", 0, 0) {
 		stop := make(chan struct{})
 		defer close(stop)
 		go s.requestAbort(principal, runID, stop)
@@ -100,7 +100,7 @@ func (s *Server) requestAbort(principal, runID string, stop <-chan struct{}) {
 	t := time.NewTicker(abortRepeat)
 	defer t.Stop()
 	for {
-		if err := s.cfg.Store.RequestAbort(principal, runID); err != nil {
+		if err := s.cfg.Store.RequestAbort(principal, runID, ""); err != nil {
 			s.log.Warn("abort request to the other gateways", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 		}
 		select {

@@ -50,7 +50,7 @@ func TestRegistryMaxTurns(t *testing.T) {
 	c1, c2 := &conn{}, &conn{}
 	c1.hb, c2.hb = w.Add(c1), w.Add(c2)
 	var r registry
-	add := func(c *conn, id string) (*slot, *slot, error) { return r.add(runKey{"p", id}, c, 2, time.Second) }
+	add := func(c *conn, id string) (*slot, *slot, error) { return r.add(runKey{"p", id}, "", c, 2, time.Second) }
 
 	a, _, errA := add(c1, "a")
 	_, _, errB := add(c1, "b")
@@ -71,7 +71,7 @@ func TestRegistryMaxTurns(t *testing.T) {
 	if _, _, err := add(c2, "c"); err != nil {
 		t.Errorf("another socket's first key = %v, want it added", err)
 	}
-	if _, _, err := r.add(runKey{"p", "h"}, nil, 0, 0); err != nil {
+	if _, _, err := r.add(runKey{"p", "h"}, "", nil, 0, 0); err != nil {
 		t.Errorf("an HTTP turn (no owner, no cap) = %v", err)
 	}
 	if _, prev, err := add(c2, "a"); err != nil || prev != a2 {

@@ -55,6 +55,7 @@ type conn struct {
 	// gone: the reader is returning, or the writer closing: no goroutine may start.
 	gone        bool
 	resume      bool // a resume socket (else a conversation socket); set once
+	ended       bool // the reader stopped: no follow or catch-up starts (follow.go)
 	closeCode   websocket.StatusCode
 	closeReason string
 	room        chan struct{} // closed when the writer takes frames, for a waiting producer
@@ -63,7 +64,11 @@ type conn struct {
 	// each batch of queued frames with one system call per batchBufferSize bytes.
 	out *batchConn
 
+	// id names the socket in this process (origin).
+	id uint64
+
 	// Conversation sockets only. turnCount and early are guarded by the registry's mu.
+	follows   *follows        // the threads it follows, from its first follow frame; under mu
 	turnCount int             // keys of the registry whose slot this socket owns
 	early     earlyAborts     // aborts that came before their run frame
 	runFrames tokenBucket     // run frames taken (Config.RunFrameRate); reader only
@@ -74,7 +79,7 @@ type conn struct {
 // of a client at remote. out is set before the socket joins the heartbeat wheel, whose pings
 // start the writer.
 func newConn(s *Server, ws *websocket.Conn, out *batchConn, kind metrics.SocketKind, principal, remote string) *conn {
-	c := &conn{srv: s, ws: ws, out: out, resume: kind == metrics.SocketResume, principal: principal, remote: remote}
+	c := &conn{srv: s, ws: ws, out: out, resume: kind == metrics.SocketResume, principal: principal, remote: remote, id: s.connIDs.Add(1)}
 	c.hb = s.wheel.Add(c)
 	return c
 }
@@ -115,18 +120,25 @@ func (c *conn) Deliver(offset string, event []byte, emitted time.Time) {
 	if offset != "" {
 		data = protocol.AppendEnvelope(make([]byte, 0, len(event)+len(offset)+20), offset, event)
 	}
+	c.deliverFrame(data, emitted)
+}
+
+// deliverFrame queues a frame without blocking and reports whether it was queued; one that
+// does not fit closes the socket 1013 "slow consumer".
+func (c *conn) deliverFrame(data []byte, emitted time.Time) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closing {
-		return
+		return false
 	}
 	if !c.roomLocked(len(data)) {
 		c.srv.cfg.Metrics.FrameDropped(metrics.DropSlowConsumer)
 		c.logAttrs(slog.LevelInfo, "slow consumer", slog.Int(keyQueued, len(c.queue)), slog.Int(keyBytes, c.queued))
 		c.requestCloseLocked(StatusSlowConsumer, "slow consumer", false)
-		return
+		return false
 	}
 	c.pushLocked(frame{data: data, emitted: emitted})
+	return true
 }
 
 // roomLocked reports whether a frame of n bytes fits in the queue. An empty queue takes any

@@ -3,7 +3,8 @@
 //
 // New builds a Server from a Config; Server.ServeHTTP upgrades a request to a socket and
 // serves it until it closes; Server.HTTPHandler(SSE, NDJSON or AGUI) returns the HTTP
-// transport; Server.AbortHandler stops a run from anywhere; Server.Shutdown closes every
+// transport; Server.AbortHandler stops a run from anywhere; Server.ThreadRunsHandler starts a
+// turn of a thread without a socket; Server.Shutdown closes every
 // socket and drains the turns. Config.Principal (or Config.Tokens) authenticates every
 // request.
 //
@@ -33,7 +34,7 @@
 //
 // A request with an offset query parameter becomes a resume socket: it replays the run's log
 // strictly after the offset, tails it until the log is closed, then closes 1000. Inbound
-// frames are ignored. Close codes:
+// frames are ignored, but for abort frames, handled as on a conversation socket. Close codes:
 //
 //	1000                          replayed up to the log's close; also "idle" (heartbeat)
 //	1008 "no resume offset"       offset present but empty
@@ -55,6 +56,24 @@
 //
 // A principal holding Config.MaxSocketsPerPrincipal sockets and HTTP streams is refused 429
 // (MsgTooManySockets) before the upgrade.
+//
+// # Following threads
+//
+// A follow frame makes a conversation socket follow a thread of its principal (follow.go):
+// the Server's hub subscribes once per thread key that any of its sockets follows
+// (Store.SubscribeThread) and fans the announcements out; after subscribing, the follow asks
+// every gateway for the thread's running runs (Store.QueryThread, answered from the registry:
+// runningRuns). Each run named is read from its log's start through the one replay path, on a
+// goroutine of the follow, and queued as envelopes with the runId (1013 when the queue
+// overflows); runs being read, and those read while the query is open, are not read twice,
+// and an announcement names the socket that started the run (its origin), which skips it.
+// startTurn announces every run once its log exists (Store.Announce). A follow beyond
+// Config.MaxFollowsPerSocket is answered with a bare RUN_ERROR limit_exceeded
+// (MsgTooManyFollows). ThreadRunsHandler starts a turn without a socket, into its log only.
+//
+// An abort names the socket that sent it (its origin, also across gateways): a turn aborted
+// from elsewhere delivers nothing more live, so when it ends the socket that started it is
+// sent the rest of its log after the last offset its sink delivered (ownSink, catchUp).
 //
 // # HTTP transport
 //

@@ -144,6 +144,7 @@ type envOptions struct {
 	maxSockets    int
 	runFrameRate  float64
 	runFrameBurst int
+	maxFollows    int
 	// wrap, if set, wraps the Store the Server uses.
 	wrap func(conversation.Store) conversation.Store
 	// tokens, if set, authenticates requests (Config.Tokens) instead of X-Principal.
@@ -183,6 +184,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		MaxSocketsPerPrincipal: o.maxSockets,
 		RunFrameRate:           o.runFrameRate,
 		RunFrameBurst:          o.runFrameBurst,
+		MaxFollowsPerSocket:    o.maxFollows,
 		Principal: func(r *http.Request) (string, error) {
 			if p := r.Header.Get("X-Principal"); p != "" {
 				return p, nil
@@ -202,6 +204,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	mux.Handle("/api/chat/ndjson", srv.HTTPHandler(conversation.NDJSON))
 	mux.Handle("POST /api/runs/{runId}/abort", srv.AbortHandler())
 	mux.Handle("/agui", srv.HTTPHandler(conversation.AGUI))
+	mux.Handle("POST /api/threads/{threadId}/runs", srv.ThreadRunsHandler("/api/chat"))
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Config.ReadTimeout, hs.Config.WriteTimeout = o.serverTimeout, o.serverTimeout
 	hs.Start()

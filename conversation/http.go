@@ -197,7 +197,7 @@ func (s *Server) originAllowed(r *http.Request) bool {
 // live starts the turn of in, streams it live and, if live delivery overflowed, from the log.
 func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in *protocol.RunAgentInput) {
 	srv := h.srv
-	s, prev, err := srv.turns.add(runKey{principal, in.RunID}, nil, 0, 0)
+	s, prev, err := srv.turns.add(runKey{principal, in.RunID}, srv.cfg.Store.ThreadKey(principal, in.ThreadID), nil, 0, 0)
 	if err != nil {
 		st.endWith(metrics.ResumeInterrupted) // shutting down: 503, the client retries elsewhere
 		st.writeLoop(r.Context())

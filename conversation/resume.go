@@ -14,8 +14,8 @@ import (
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
-// serveResume replays runID's log after offset until the log closes, reading and ignoring
-// inbound frames meanwhile.
+// serveResume replays runID's log after offset until the log closes, reading inbound frames
+// meanwhile: abort frames are handled as on a conversation socket, others ignored.
 func (c *conn) serveResume(runID, offset string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	result := make(chan metrics.ResumeResult, 1)
@@ -35,13 +35,21 @@ func (c *conn) serveResume(runID, offset string) {
 		}()
 	}
 	for {
-		_, rd, err := c.next()
+		typ, rd, err := c.next()
+		var data []byte
 		if err == nil {
-			_, err = io.Copy(io.Discard, rd)
+			data, err = io.ReadAll(rd)
 		}
 		if err != nil && !errors.Is(err, errParked) {
 			c.logEnd(err)
 			break
+		}
+		// An abort frame stops the principal's run wherever it runs, as on a conversation
+		// socket: after a drop, the client's only socket may be this one.
+		if err == nil && typ == websocket.MessageText {
+			if f, err := protocol.DecodeClientFrame(data); err == nil && f.Kind == protocol.FrameAbort {
+				c.abort(f.RunID)
+			}
 		}
 	}
 	cancel()

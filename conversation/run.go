@@ -30,6 +30,7 @@ func (c *conn) serveConversation() {
 			if c.srv.cfg.AbortOnDisconnect {
 				c.srv.turns.abortOwned(c)
 			}
+			c.unfollowAll()
 			c.finish()
 			c.srv.ended(c)
 			return
@@ -74,6 +75,10 @@ func (c *conn) handle(data []byte) {
 		c.abort(f.RunID)
 	case f.Kind == protocol.FrameAuth:
 		c.reauth(f.Token)
+	case f.Kind == protocol.FrameFollow:
+		c.follow(f.ThreadID)
+	case f.Kind == protocol.FrameUnfollow:
+		c.unfollow(f.ThreadID)
 	case f.Kind == protocol.FrameRun:
 		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
 			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
@@ -89,10 +94,10 @@ func (c *conn) handle(data []byte) {
 // another one sharing the store, which the request reaches; the socket also remembers the
 // abort until its run frame arrives.
 func (c *conn) abort(runID string) {
-	if c.srv.turns.abort(runKey{c.principal, runID}, c, c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL) {
+	if c.srv.turns.abort(runKey{c.principal, runID}, c, c.origin(), c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL) {
 		return
 	}
-	if err := c.srv.cfg.Store.RequestAbort(c.principal, runID); err != nil {
+	if err := c.srv.cfg.Store.RequestAbort(c.principal, runID, c.origin()); err != nil {
 		c.logAttrs(slog.LevelWarn, "abort request to the other gateways", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 	}
 }
@@ -100,7 +105,8 @@ func (c *conn) abort(runID string) {
 // run starts a turn for a valid run frame. Log creation blocks, so it happens on a goroutine
 // owned by the Server (turns outlive sockets); frames after this one are read meanwhile.
 func (c *conn) run(in *protocol.RunAgentInput) {
-	s, prev, err := c.srv.turns.add(runKey{c.principal, in.RunID}, c, c.srv.cfg.MaxTurnsPerSocket, c.srv.cfg.EarlyAbortTTL)
+	thread := c.srv.cfg.Store.ThreadKey(c.principal, in.ThreadID)
+	s, prev, err := c.srv.turns.add(runKey{c.principal, in.RunID}, thread, c, c.srv.cfg.MaxTurnsPerSocket, c.srv.cfg.EarlyAbortTTL)
 	switch {
 	case errors.Is(err, errClosing):
 		return // the socket is closing 1012
@@ -111,7 +117,8 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 		return
 	}
 	c.hb.TurnStarted()
-	go c.start(turnRequest{slot: s, prev: prev, in: in, values: c.turnCtx, sink: c, log: c.logger()})
+	s.live = &ownSink{c: c}
+	go c.start(turnRequest{slot: s, prev: prev, in: in, values: c.turnCtx, sink: s.live, log: c.logger()})
 }
 
 // start starts the turn of a run frame through the Server's one turn-starting path, and

@@ -2,12 +2,14 @@ package conversation
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -29,8 +31,17 @@ type Store interface {
 	Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error)
 	// RequestAbort asks every gateway sharing the store to abort the principal's run;
 	// OnAbort delivers those requests (this gateway's own too) for the Server's lifetime.
-	RequestAbort(principal, runID string) error
-	OnAbort(f func(principal, runID string)) error
+	RequestAbort(principal, runID, origin string) error
+	OnAbort(f func(principal, runID, origin string)) error
+	// ThreadKey names a principal's thread on the wire. Announce tells every gateway that a
+	// run of a thread was accepted, SubscribeThread receives those announcements, and
+	// QueryThread asks every gateway which runs of a thread run now, which OnThreadQuery
+	// answers (the Server's registry).
+	ThreadKey(principal, threadID string) string
+	Announce(key string, run jetstream.ThreadRun) error
+	SubscribeThread(key string, f func(jetstream.ThreadRun)) (unsubscribe func(), err error)
+	QueryThread(key string, wait time.Duration, f func([]jetstream.ThreadRun)) (stop func(), err error)
+	OnThreadQuery(running func(key string) []jetstream.ThreadRun) error
 }
 
 // ErrConfig reports an invalid Config.
@@ -58,6 +69,9 @@ const (
 	// seconds; the burst absorbs a client that resubmits its pending turns on reconnect.
 	DefaultRunFrameRate  = 10
 	DefaultRunFrameBurst = 20
+	// DefaultMaxFollowsPerSocket: a page follows the thread it shows, and a few more in a
+	// sidebar.
+	DefaultMaxFollowsPerSocket = 16
 )
 
 // Config configures a Server. Store and Agent are required; zero fields mean the documented
@@ -105,6 +119,10 @@ type Config struct {
 	// request is refused with 429 before the upgrade. Without a Principal function every
 	// client is DefaultPrincipal, and the cap does not apply.
 	MaxSocketsPerPrincipal int
+	// MaxFollowsPerSocket caps the threads one conversation socket follows (default
+	// DefaultMaxFollowsPerSocket): a follow frame for another thread beyond it is answered
+	// with a bare RUN_ERROR (code limit_exceeded, MsgTooManyFollows).
+	MaxFollowsPerSocket int
 	// RunFrameRate (frames per second) and RunFrameBurst fill a token bucket per
 	// conversation socket that run frames take from (defaults DefaultRunFrameRate and
 	// DefaultRunFrameBurst); a run frame that finds it empty is answered with a bare
@@ -150,6 +168,11 @@ type Server struct {
 	shutDone chan struct{}
 
 	turns registry // every turn, from its run frame to its end
+	hub   hub      // the threads its sockets follow
+
+	// origin names this Server in announcements, connIDs its sockets (conn.origin).
+	origin  string
+	connIDs atomic.Uint64
 
 	// held counts the sockets and HTTP streams of each principal that holds any
 	// (Config.MaxSocketsPerPrincipal): one entry per principal, none per socket.
@@ -164,7 +187,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.QueueSize < 0 || cfg.QueueBytes < 0 || cfg.ReadLimit < 0 || cfg.WriteTimeout < 0 || cfg.EarlyAborts < 0 ||
 		cfg.EarlyAbortTTL < 0 || cfg.ResubmitWait < 0 || cfg.TurnCloseTimeout < 0 || cfg.MaxTurnsPerSocket < 0 ||
-		cfg.MaxSocketsPerPrincipal < 0 || cfg.RunFrameRate < 0 || cfg.RunFrameBurst < 0 {
+		cfg.MaxSocketsPerPrincipal < 0 || cfg.RunFrameRate < 0 || cfg.RunFrameBurst < 0 || cfg.MaxFollowsPerSocket < 0 {
 		return nil, fmt.Errorf("%w: negative limit", ErrConfig)
 	}
 	if cfg.Tokens != nil {
@@ -198,6 +221,9 @@ func New(cfg Config) (*Server, error) {
 	if cfg.MaxTurnsPerSocket == 0 {
 		cfg.MaxTurnsPerSocket = DefaultMaxTurnsPerSocket
 	}
+	if cfg.MaxFollowsPerSocket == 0 {
+		cfg.MaxFollowsPerSocket = DefaultMaxFollowsPerSocket
+	}
 	if cfg.MaxSocketsPerPrincipal == 0 {
 		cfg.MaxSocketsPerPrincipal = DefaultMaxSocketsPerPrincipal
 	}
@@ -229,11 +255,17 @@ func New(cfg Config) (*Server, error) {
 		streams:  make(map[*httpStream]struct{}),
 		shutDone: make(chan struct{}),
 		held:     make(map[string]int),
+		origin:   rand.Text(),
 	}
-	// An abort frame on a socket of another gateway reaches the turn here.
-	if err := cfg.Store.OnAbort(func(principal, runID string) {
-		s.turns.abort(runKey{principal, runID}, nil, 0, 0)
-	}); err != nil {
+	// An abort frame on a socket of another gateway reaches the turn here, and a follower
+	// there learns which runs of its thread run here.
+	err = cfg.Store.OnAbort(func(principal, runID, origin string) {
+		s.turns.abort(runKey{principal, runID}, nil, origin, 0, 0)
+	})
+	if err == nil {
+		err = cfg.Store.OnThreadQuery(s.runningRuns)
+	}
+	if err != nil {
 		cancel()
 		wheel.Close()
 		return nil, fmt.Errorf("conversation: %w", err)

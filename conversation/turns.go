@@ -34,10 +34,13 @@ type runKey struct{ principal, runID string }
 // Its fields but key, owner and ready are guarded by the registry's mu.
 type slot struct {
 	key     runKey
+	thread  string        // the thread's key (Store.ThreadKey)
 	owner   *conn         // the conversation socket whose run frame started it; nil over HTTP
 	ready   chan struct{} // closed once the turn started, or failed to
 	turn    *turn.Turn    // nil until started; stays nil if it could not start
 	aborted bool          // an abort arrived
+	foreign bool          // an abort arrived from elsewhere than the owner's socket
+	live    *ownSink      // the owner's sink; nil over HTTP
 }
 
 // registry is the Server's one record of turns, keyed by principal and runId, whatever
@@ -60,12 +63,12 @@ var (
 	errTooManyTurns = errors.New("conversation: too many turns on the socket")
 )
 
-// add registers a slot for key and returns it with the slot it replaces (a resubmit), if
-// any. owner, the conversation socket of the run frame (nil over HTTP), may hold at most max
+// add registers a slot for key, a run of the thread key thread, and returns it with the slot
+// it replaces (a resubmit), if any. owner, the conversation socket of the run frame (nil over HTTP), may hold at most max
 // keys: a new key beyond is refused with errTooManyTurns. An abort of the key that owner
 // remembers younger than ttl marks the new slot aborted. Once Shutdown began, add fails with
 // errClosing.
-func (r *registry) add(key runKey, owner *conn, max int, ttl time.Duration) (s, prev *slot, err error) {
+func (r *registry) add(key runKey, thread string, owner *conn, max int, ttl time.Duration) (s, prev *slot, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closing {
@@ -78,7 +81,7 @@ func (r *registry) add(key runKey, owner *conn, max int, ttl time.Duration) (s, 
 	if r.slots == nil {
 		r.slots = make(map[runKey]*slot)
 	}
-	s = &slot{key: key, owner: owner, ready: make(chan struct{})}
+	s = &slot{key: key, thread: thread, owner: owner, ready: make(chan struct{})}
 	if owner != nil {
 		s.aborted = owner.early.take(key.runID, time.Now(), ttl)
 	}
@@ -103,8 +106,13 @@ func (r *registry) end(s *slot) {
 		delete(r.slots, s.key)
 		r.count(s, -1)
 	}
+	foreign := s.foreign
 	r.mu.Unlock()
 	if s.owner != nil {
+		// The owner's socket learns how its turn ended when another client aborted it.
+		if foreign && s.live != nil {
+			s.owner.catchUp(s.key.runID, s.live.lastOffset())
+		}
 		s.owner.hb.TurnEnded()
 	}
 	r.wg.Done()
@@ -112,9 +120,11 @@ func (r *registry) end(s *slot) {
 
 // abort stops the turn of key, now or as soon as it starts, and reports whether the
 // registry holds it. Without one, from, the socket of the abort frame (nil for a request of
-// another gateway), remembers the abort (max entries of age ttl) until its run frame
-// arrives.
-func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) bool {
+// another gateway or over HTTP), remembers the abort (max entries of age ttl) until its run
+// frame arrives. origin names the socket that asked (conn.origin, "" for none): an abort
+// from elsewhere than the turn's socket makes the turn's end reach that socket from the log
+// (conn.catchUp).
+func (r *registry) abort(key runKey, from *conn, origin string, max int, ttl time.Duration) bool {
 	r.mu.Lock()
 	s := r.slots[key]
 	if s == nil {
@@ -123,6 +133,9 @@ func (r *registry) abort(key runKey, from *conn, max int, ttl time.Duration) boo
 		}
 		r.mu.Unlock()
 		return false
+	}
+	if s.owner != nil && origin != s.owner.origin() {
+		s.foreign = true
 	}
 	r.mu.Unlock()
 	r.abortSlot(s)
@@ -224,6 +237,10 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		}
 		log.Warn("creating run log", slog.String(keyErr, err.Error()))
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
+	}
+	// Followers of the thread learn of the run now that its log exists.
+	if err := srv.cfg.Store.Announce(s.thread, jetstream.ThreadRun{RunID: s.key.runID, Origin: originOf(s.owner)}); err != nil {
+		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
 	}
 	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened

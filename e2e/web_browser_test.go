@@ -127,7 +127,7 @@ func (p *page) socketURLs() []string {
 
 // runFrame is the part of a RunAgentInput the tests look at.
 type runFrame struct {
-	Type     string `json:"type"` // "abort" for an abort frame
+	Type     string `json:"type"` // "abort", "follow", "unfollow"; "" for a run frame
 	ThreadID string `json:"threadId"`
 	RunID    string `json:"runId"`
 	Messages []struct {
@@ -143,8 +143,34 @@ type runFrame struct {
 	} `json:"forwardedProps"`
 }
 
-// sentFrames returns the text frames the page has sent so far, decoded.
+// sentFrames returns the run and abort frames the page has sent so far, decoded (follow
+// frames: followFrames).
 func (p *page) sentFrames() []runFrame {
+	p.tb.Helper()
+	var out []runFrame
+	for _, f := range p.allFrames() {
+		if f.Type != "follow" && f.Type != "unfollow" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// followFrames returns the follow and unfollow frames the page has sent so far, as
+// "follow <threadId>".
+func (p *page) followFrames() []string {
+	p.tb.Helper()
+	var out []string
+	for _, f := range p.allFrames() {
+		if f.Type == "follow" || f.Type == "unfollow" {
+			out = append(out, f.Type+" "+f.ThreadID)
+		}
+	}
+	return out
+}
+
+// allFrames returns every text frame the page has sent so far, decoded.
+func (p *page) allFrames() []runFrame {
 	p.tb.Helper()
 	p.mu.Lock()
 	defer p.mu.Unlock()

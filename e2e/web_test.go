@@ -322,43 +322,47 @@ func TestWebReload(t *testing.T) {
 	}
 }
 
-// TestWebIdleSocket lets the gateway close the idle conversation socket (1000 "idle"), while
-// pings keep arriving: the page shows it is idle, does not reconnect on its own, and reopens
-// the socket when the next message is sent. A long turn is never cut by the idle timeout.
-func TestWebIdleSocket(t *testing.T) {
+// TestWebFollowingSocketStaysOpen: the page follows its thread, so the gateway never closes
+// its socket for inactivity (--idle-timeout 1s, pings every 200 ms): the page stays
+// connected without opening another socket, and a long turn completes.
+func TestWebFollowingSocketStaysOpen(t *testing.T) {
 	g := startGateway(t, "--idle-timeout", "1s", "--heartbeat", "200ms")
 	p := openPage(t, startBrowser(t), g.URL+"/")
-	p.waitFor("the idle close to be shown", `document.querySelector("#connection").dataset.state === "idle"`)
+	p.waitFor("the connection to be shown as connected", `document.querySelector("#connection").dataset.state === "connected"`)
 	opened := len(p.socketURLs())
-	time.Sleep(500 * time.Millisecond)
+	time.Sleep(2500 * time.Millisecond) // longer than the idle timeout
+	if state := p.connectionState(); state != "connected" {
+		t.Errorf("connection state after the idle timeout = %q, want connected", state)
+	}
 	if n := len(p.socketURLs()); n != opened {
-		t.Errorf("the page opened %d sockets while idle, want none", n-opened)
+		t.Errorf("the page opened %d sockets while it followed its thread, want none", n-opened)
+	}
+	if f := p.followFrames(); len(f) != 1 || !strings.HasPrefix(f[0], "follow thread-") {
+		t.Errorf("follow frames sent = %q, want one follow of the page's thread", f)
 	}
 
 	p.setOptions(demoOptions{Tokens: "60", IntervalMs: "50"}) // 3 s: longer than the idle timeout
 	p.send("wake up")
 	got := p.waitStatus(0, "done")
 	if want := tokensReply(60); got.Reply != want {
-		t.Errorf("reply after the idle close = %q, want %q", got.Reply, want)
+		t.Errorf("reply = %q, want %q", got.Reply, want)
 	}
-	if strings.Contains(got.Note, "Connection lost") {
-		t.Errorf("turn note = %q: the idle timeout cut a producing turn", got.Note)
-	}
-	if n := len(p.socketURLs()); n != opened+1 {
-		t.Errorf("the page opened %d sockets for the turn, want 1 (the conversation socket)", n-opened)
+	if n := len(p.socketURLs()); n != opened {
+		t.Errorf("the page opened %d sockets for the turn, want none", n-opened)
 	}
 }
 
-// TestWebRejoinUnknownRun reloads a page whose stored thread names a running turn the gateway
-// does not know (its log expired, or it never started): the rejoin is refused (4404) and the
-// page shows the error on that turn instead of waiting for ever; the conversation goes on.
+// TestWebRejoinUnknownRun reloads a page whose stored thread (also in its address) names a
+// running turn the gateway does not know (its log expired, or it never started): the rejoin
+// is refused (4404) and the page shows the error on that turn instead of waiting for ever;
+// the conversation goes on.
 func TestWebRejoinUnknownRun(t *testing.T) {
 	g := startGateway(t)
 	p := openPage(t, startBrowser(t), g.URL+"/")
 	eval[chromedp.Void](p, `sessionStorage.setItem("wsgateway.thread", JSON.stringify({
 		threadId: "thread-e2e",
 		turns: [{ runId: "run-never-started", user: { id: "msg-1", content: "lost" }, blocks: [], status: "running", notes: [] }],
-	}))`)
+	})); history.replaceState(null, "", "#thread=thread-e2e")`)
 	p.do(chromedp.Reload())
 	p.waitReady()
 	got := p.waitStatus(0, "error")

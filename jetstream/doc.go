@@ -19,6 +19,11 @@
 //     Store.Run the run's metadata.
 //   - Store.RequestAbort asks every store sharing the stream to abort a principal's run;
 //     Store.OnAbort delivers those requests (core NATS, at most once).
+//   - Threads: Store.ThreadKey names a (principal, threadId) on the wire by a hash;
+//     Store.Announce publishes that a run of a thread was accepted and Store.SubscribeThread
+//     receives those announcements (<ThreadPrefix>.<key>); Store.QueryThread asks every store
+//     which runs of a thread run now (<ThreadPrefix>.query), which Store.OnThreadQuery
+//     answers. Core NATS, at most once: a follower subscribes first, then queries.
 //
 // # Layout on JetStream
 //

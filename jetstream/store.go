@@ -53,6 +53,9 @@ type Config struct {
 	// AbortSubject carries abort requests between the stores sharing the stream (default
 	// "wsgateway.abort"); it must lie outside SubjectPrefix.
 	AbortSubject string
+	// ThreadPrefix prefixes the subjects of thread announcements and queries (default
+	// "wsgateway.thread"); it must lie outside SubjectPrefix.
+	ThreadPrefix string
 	// MetaBucket and LeaseBucket name the KV buckets of run metadata and producer leases
 	// (defaults "wsgateway_runs" and "wsgateway_leases").
 	MetaBucket, LeaseBucket string
@@ -116,6 +119,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.Stream, "WSGATEWAY_RUNS")
 	def(&c.SubjectPrefix, "wsgateway.run")
 	def(&c.AbortSubject, "wsgateway.abort")
+	def(&c.ThreadPrefix, "wsgateway.thread")
 	def(&c.MetaBucket, "wsgateway_runs")
 	def(&c.LeaseBucket, "wsgateway_leases")
 	if c.Replicas == 0 {

@@ -101,6 +101,7 @@ const (
 	LimitSocketTurns      Limit = "max_socket_turns"      // a run frame beyond the turns of one socket
 	LimitRunFrameRate     Limit = "run_frame_rate"        // a run frame beyond the socket's rate
 	LimitPrincipalSockets Limit = "max_principal_sockets" // a socket or HTTP stream beyond the principal's
+	LimitFollows          Limit = "max_follows"           // a follow frame beyond the threads one socket follows
 )
 
 // Metrics holds the gateway's collectors. Its methods are safe for concurrent use; a nil
@@ -193,7 +194,7 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, d := range []DropReason{DropNotJSON, DropBinary, DropPingQueue, DropSlowConsumer} {
 		m.framesDropped.WithLabelValues(string(d))
 	}
-	for _, l := range []Limit{LimitSocketTurns, LimitRunFrameRate, LimitPrincipalSockets} {
+	for _, l := range []Limit{LimitSocketTurns, LimitRunFrameRate, LimitPrincipalSockets, LimitFollows} {
 		m.limitRefusals.WithLabelValues(string(l))
 	}
 	return m

@@ -29,8 +29,10 @@
 // # Frames and run input
 //
 // [DecodeClientFrame] classifies an inbound text frame as an abort, an auth
-// frame (a fresh token for the socket), or a run frame whose [RunAgentInput] is validated by [DecodeRunAgentInput] (errors are
-// [*InputError]s naming the field). [AppendEnvelope], [AppendRunError] and
+// frame (a fresh token for the socket), a follow or unfollow frame (a thread),
+// or a run frame whose [RunAgentInput] is validated by [DecodeRunAgentInput] (errors are
+// [*InputError]s naming the field). [AppendEnvelope], [AppendRunEnvelope] (a
+// followed thread's run), [AppendRunError] and
 // [PingFrame] build the outbound frames; [DecodeServerFrame] reads them back,
 // and [Fields] reads a few fields of many frames without allocating.
 // [RunAccepted] is the gateway's marker event, which is never verified.

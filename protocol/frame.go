@@ -24,14 +24,19 @@ const (
 	// FrameAuth is a client auth frame: {"type":"auth","token":s}, a fresh token for the
 	// socket's principal.
 	FrameAuth
+	// FrameFollow is a client follow frame: {"type":"follow","threadId":s}.
+	FrameFollow
+	// FrameUnfollow is a client unfollow frame: {"type":"unfollow","threadId":s}.
+	FrameUnfollow
 )
 
 // ClientFrame is a decoded inbound text frame.
 type ClientFrame struct {
-	Kind  FrameKind      // FrameRun, FrameAbort or FrameAuth
-	RunID string         // the run to abort, or Input.RunID
-	Input *RunAgentInput // FrameRun only
-	Token string         // FrameAuth only; not checked beyond being a non-empty string
+	Kind     FrameKind      // FrameRun, FrameAbort, FrameAuth, FrameFollow or FrameUnfollow
+	RunID    string         // the run to abort, or Input.RunID
+	Input    *RunAgentInput // FrameRun only
+	Token    string         // FrameAuth only; not checked beyond being a non-empty string
+	ThreadID string         // FrameFollow and FrameUnfollow only; a non-empty string
 }
 
 // ErrBadFrame reports a server frame that is none of envelope, bare event, ping.
@@ -39,7 +44,9 @@ var ErrBadFrame = errors.New("protocol: not a gateway frame")
 
 // DecodeClientFrame classifies an inbound text frame: an abort
 // ({"type":"abort","runId":s}), an auth frame ({"type":"auth","token":s}; one
-// whose token is not a non-empty string is an *InputError), or a run frame
+// whose token is not a non-empty string is an *InputError), a follow or
+// unfollow frame ({"type":"follow","threadId":s}, {"type":"unfollow","threadId":s};
+// one whose threadId is not a non-empty string is an *InputError), or a run frame
 // (anything else, decoded as a RunAgentInput). Input that is not JSON wraps ErrNotJSON (the socket drops
 // it); valid JSON that is not a valid input is an *InputError, which the
 // gateway answers with a bare RUN_ERROR (code invalid_input, message
@@ -64,6 +71,20 @@ func DecodeClientFrame(data []byte) (ClientFrame, error) {
 			}
 			return ClientFrame{}, inputErr("token", "required non-empty string in an auth frame")
 		}
+		if isString(t) && (unquote(t) == "follow" || unquote(t) == "unfollow") {
+			kind := FrameFollow
+			if unquote(t) == "unfollow" {
+				kind = FrameUnfollow
+			}
+			if id := lookup(ms, "threadId"); isString(id) && unquote(id) != "" {
+				return ClientFrame{Kind: kind, ThreadID: unquote(id)}, nil
+			}
+			article := "a "
+			if kind == FrameUnfollow {
+				article = "an "
+			}
+			return ClientFrame{}, inputErr("threadId", "required non-empty string in "+article+unquote(t)+" frame")
+		}
 	}
 	in, err := decodeInput(raw)
 	if err != nil {
@@ -79,6 +100,15 @@ func AppendEnvelope(dst []byte, offset string, event []byte) []byte {
 	dst = appendString(dst, offset)
 	dst = append(dst, `,"chunk":`...)
 	dst = append(dst, event...)
+	return append(dst, '}')
+}
+
+// AppendRunEnvelope appends {"id":"<offset>","chunk":<event>,"runId":"<runID>"} to dst, the
+// envelope of a followed thread's run; event must be one compact JSON event.
+func AppendRunEnvelope(dst []byte, offset string, event []byte, runID string) []byte {
+	dst = AppendEnvelope(dst, offset, event)
+	dst = append(dst[:len(dst)-1], `,"runId":`...)
+	dst = appendString(dst, runID)
 	return append(dst, '}')
 }
 

@@ -13,6 +13,7 @@ func TestDecodeClientFrame(t *testing.T) {
 		kind    FrameKind
 		runID   string
 		token   string
+		thread  string
 		wantErr string // exact error text; "" for success
 		notJSON bool
 	}{
@@ -23,6 +24,10 @@ func TestDecodeClientFrame(t *testing.T) {
 		{name: "auth without token", in: `{"type":"auth"}`, wantErr: "token: required non-empty string in an auth frame"},
 		{name: "auth with an empty token", in: `{"type":"auth","token":""}`, wantErr: "token: required non-empty string in an auth frame"},
 		{name: "auth with a token not a string", in: `{"type":"auth","token":1}`, wantErr: "token: required non-empty string in an auth frame"},
+		{name: "follow", in: `{"type":"follow","threadId":"t-1"}`, kind: FrameFollow, thread: "t-1"},
+		{name: "unfollow", in: `{"type":"unfollow","threadId":"t-1"}`, kind: FrameUnfollow, thread: "t-1"},
+		{name: "follow without threadId", in: `{"type":"follow"}`, wantErr: "threadId: required non-empty string in a follow frame"},
+		{name: "unfollow with an empty threadId", in: `{"type":"unfollow","threadId":""}`, wantErr: "threadId: required non-empty string in an unfollow frame"},
 		{name: "not JSON", in: `{"threadId":`, notJSON: true},
 		{name: "not an object", in: `[1]`, wantErr: "run input must be a JSON object, not array"},
 		{name: "empty threadId", in: `{"threadId":"","runId":"r","messages":[]}`, wantErr: "threadId: required non-empty string"},
@@ -56,7 +61,7 @@ func TestDecodeClientFrame(t *testing.T) {
 					t.Fatalf("DecodeClientFrame(%s) = %v, want %q", tt.in, err, tt.wantErr)
 				}
 			default:
-				if err != nil || fr.Kind != tt.kind || fr.RunID != tt.runID || fr.Token != tt.token {
+				if err != nil || fr.Kind != tt.kind || fr.RunID != tt.runID || fr.Token != tt.token || fr.ThreadID != tt.thread {
 					t.Fatalf("DecodeClientFrame(%s) = %+v, %v; want kind %d runId %q", tt.in, fr, err, tt.kind, tt.runID)
 				}
 			}
@@ -96,6 +101,12 @@ func TestServerFrames(t *testing.T) {
 	env := AppendEnvelope(nil, "1-7", ev)
 	if want := `{"id":"1-7","chunk":{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"}}`; string(env) != want {
 		t.Fatalf("AppendEnvelope = %s, want %s", env, want)
+	}
+	if got, want := string(AppendRunEnvelope(nil, "1-7", ev, `r"1`)), `{"id":"1-7","chunk":{"type":"TEXT_MESSAGE_CONTENT","messageId":"m","delta":"x"},"runId":"r\"1"}`; got != want {
+		t.Fatalf("AppendRunEnvelope = %s, want %s", got, want)
+	}
+	if fr, err := DecodeServerFrame(AppendRunEnvelope(nil, "1-7", ev, "r")); err != nil || fr.Kind != FrameEnvelope || fr.Offset != "1-7" || string(fr.Event) != string(ev) {
+		t.Fatalf("DecodeServerFrame(AppendRunEnvelope) = %+v, %v", fr, err)
 	}
 	tests := []struct {
 		in     string

@@ -181,6 +181,10 @@ func FuzzDecodeClientFrame(f *testing.F) {
 			if fr.Input != nil || fr.Token == "" {
 				t.Fatalf("auth frame %+v", fr)
 			}
+		case FrameFollow, FrameUnfollow:
+			if fr.Input != nil || fr.ThreadID == "" {
+				t.Fatalf("follow frame %+v", fr)
+			}
 		default:
 			t.Fatalf("DecodeClientFrame(%q) kind %d", data, fr.Kind)
 		}

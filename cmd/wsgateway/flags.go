@@ -86,6 +86,7 @@ type serveConfig struct {
 	earlyAbortTTL    time.Duration
 	maxSocketTurns   int
 	maxPrincipalSock int
+	maxFollows       int
 	runFrameRate     float64
 	runFrameBurst    int
 
@@ -210,7 +211,7 @@ var serveFlags = []serveFlag{
 		return nil
 	}},
 	{"heartbeat", "30s", "interval of the {\"type\":\"ping\"} frames and WebSocket pings", durationSetter(func(c *serveConfig) *time.Duration { return &c.heartbeat })},
-	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
+	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing or it follows a thread", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
 	{"lease-ttl", "15s", "producer lease; a run whose gateway died is ended (RUN_ERROR producer_lost) after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
 	{"drain-timeout", "10s", "on SIGTERM/SIGINT, how long running turns may finish before they are aborted", durationSetter(func(c *serveConfig) *time.Duration { return &c.drainTimeout })},
@@ -269,6 +270,7 @@ var serveFlags = []serveFlag{
 	{"early-aborts", strconv.Itoa(conversation.DefaultEarlyAborts), "aborts remembered per socket for run frames not yet arrived (the oldest is forgotten beyond)", positiveInt(func(c *serveConfig) *int { return &c.earlyAborts })},
 	{"early-abort-ttl", conversation.DefaultEarlyAbortTTL.String(), "how long such an abort is remembered", durationSetter(func(c *serveConfig) *time.Duration { return &c.earlyAbortTTL })},
 	{"max-socket-turns", strconv.Itoa(conversation.DefaultMaxTurnsPerSocket), "turns running at once on one conversation socket; a run frame for another runId gets RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxSocketTurns })},
+	{"max-follows", strconv.Itoa(conversation.DefaultMaxFollowsPerSocket), "threads one conversation socket may follow at once; a follow frame for another thread gets RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxFollows })},
 	{"max-principal-sockets", strconv.Itoa(conversation.DefaultMaxSocketsPerPrincipal), "sockets and HTTP streams one principal may hold at once; beyond, 429 before the upgrade", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalSock })},
 	{"run-frame-rate", strconv.Itoa(conversation.DefaultRunFrameRate), "run frames per second a conversation socket may send on average (aborts not counted); beyond, RUN_ERROR limit_exceeded", func(c *serveConfig, v string) error {
 		r, err := strconv.ParseFloat(v, 64)

@@ -53,7 +53,7 @@ func TestParseServeDefaults(t *testing.T) {
 	want.agentIdleTimeout = 5 * time.Minute
 	want.maxRunBacklog, want.maxBacklog, want.shutdownTimeout = 8<<20, 256<<20, 15*time.Second
 	want.queueFrames, want.queueBytes, want.earlyAborts, want.earlyAbortTTL = 16384, 4<<20, 64, 30*time.Second
-	want.maxSocketTurns, want.maxPrincipalSock, want.runFrameRate, want.runFrameBurst = 16, 64, 10, 20
+	want.maxSocketTurns, want.maxPrincipalSock, want.runFrameRate, want.runFrameBurst, want.maxFollows = 16, 64, 10, 20, 16
 	want.agentConnectTimeout, want.agentFirstEvent, want.agentGapTimeout = 10*time.Second, time.Minute, time.Minute
 	want.agentTurnTimeout, want.agentAPIKeyEnv = 30*time.Minute, "OPENAI_API_KEY"
 	if !reflect.DeepEqual(got, want) {
@@ -200,9 +200,9 @@ func TestParseServeSecurity(t *testing.T) {
 			func(c serveConfig) bool {
 				return c.readLimit == 64<<10 && c.maxRunBytes == 1<<30 && c.maxEventBytes == 2048 && c.maxRunEvents == 7
 			}},
-		{[]string{"--max-socket-turns", "3", "--max-principal-sockets", "5", "--run-frame-rate", "0.5", "--run-frame-burst", "4"}, nil,
+		{[]string{"--max-socket-turns", "3", "--max-principal-sockets", "5", "--run-frame-rate", "0.5", "--run-frame-burst", "4", "--max-follows", "2"}, nil,
 			func(c serveConfig) bool {
-				return c.maxSocketTurns == 3 && c.maxPrincipalSock == 5 && c.runFrameRate == 0.5 && c.runFrameBurst == 4
+				return c.maxSocketTurns == 3 && c.maxPrincipalSock == 5 && c.runFrameRate == 0.5 && c.runFrameBurst == 4 && c.maxFollows == 2
 			}},
 		{nil, map[string]string{"WSGATEWAY_MAX_SOCKET_TURNS": "2", "WSGATEWAY_MAX_PRINCIPAL_SOCKETS": "9", "WSGATEWAY_RUN_FRAME_RATE": "3", "WSGATEWAY_RUN_FRAME_BURST": "6"},
 			func(c serveConfig) bool {
@@ -210,6 +210,7 @@ func TestParseServeSecurity(t *testing.T) {
 			}},
 		{nil, nil, func(c serveConfig) bool {
 			return c.maxSocketTurns == conversation.DefaultMaxTurnsPerSocket && c.maxPrincipalSock == conversation.DefaultMaxSocketsPerPrincipal &&
+				c.maxFollows == conversation.DefaultMaxFollowsPerSocket &&
 				c.runFrameRate == conversation.DefaultRunFrameRate && c.runFrameBurst == conversation.DefaultRunFrameBurst
 		}},
 		{[]string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--header-timeout", "2s", "--handshake-timeout", "5s"}, nil,
@@ -242,6 +243,7 @@ func TestParseServeSecurity(t *testing.T) {
 		{[]string{"--read-limit", "100"}, "must be at least 1024 bytes"},
 		{[]string{"--max-run-events", "0"}, "want a positive integer"},
 		{[]string{"--max-socket-turns", "0"}, "want a positive integer"},
+		{[]string{"--max-follows", "0"}, "want a positive integer"},
 		{[]string{"--max-principal-sockets", "-1"}, "want a positive integer"},
 		{[]string{"--run-frame-rate", "0"}, "want a positive number"},
 		{[]string{"--run-frame-rate", "NaN"}, "want a positive number"},

@@ -224,6 +224,7 @@ func (g *gateway) build(ctx context.Context) error {
 		// Per-socket and per-principal limits (docs/SECURITY.md).
 		MaxTurnsPerSocket:      cfg.maxSocketTurns,
 		MaxSocketsPerPrincipal: cfg.maxPrincipalSock,
+		MaxFollowsPerSocket:    cfg.maxFollows,
 		RunFrameRate:           cfg.runFrameRate,
 		RunFrameBurst:          cfg.runFrameBurst,
 		Heartbeat: heartbeat.Config{
@@ -267,6 +268,12 @@ func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (str
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", conv)
 	mux.Handle("POST /api/runs/{runId}/abort", conv.AbortHandler())
+	// A server-started turn's join URL: the SSE transport's GET join, else a resume socket.
+	joinPath := cfg.chatPath
+	if joinPath == "" {
+		joinPath = "/ws"
+	}
+	mux.Handle("POST /api/threads/{threadId}/runs", conv.ThreadRunsHandler(joinPath))
 	for path, framing := range map[string]conversation.Framing{cfg.chatPath: conversation.SSE, cfg.ndjsonPath: conversation.NDJSON, cfg.aguiPath: conversation.AGUI} {
 		if path != "" { // the HTTP transports (PROTOCOL.md sections 5 and 6)
 			for _, method := range []string{"POST ", "GET ", "DELETE "} {

@@ -3,6 +3,10 @@
 // sessionStorage keeps the thread (its id and every turn shown) and marks a turn that was
 // still running; after a reload the page rejoins such a turn from the start of its log
 // (offset -1) and renders it from scratch, so it is shown once, to its end.
+//
+// The page follows its thread: a turn of the thread started elsewhere (another tab on the
+// same thread, another device, a server) streams here too. The thread's id is in the
+// address (#thread=<id>), so a second tab opened on that address shows the same thread.
 
 import { Conversation } from "./conversation.js";
 import { Status, TurnView } from "./render.js";
@@ -170,7 +174,6 @@ const stateText = {
 	connected: "Connected",
 	reconnecting: "Reconnecting…",
 	resumed: "Resumed",
-	idle: "Idle",
 	offline: "Offline",
 };
 
@@ -214,6 +217,15 @@ const conversation = new Conversation({
 	},
 	onResume(runId) {
 		if (dropped.has(runId)) views.get(runId)?.note("Resumed");
+	},
+	onFollow(runId) {
+		// A turn of this thread started elsewhere: shown from its start, once.
+		if (views.has(runId)) return false;
+		addView(new TurnView({ runId, user: null }));
+		saveThread();
+		refreshComposer();
+		followReply();
+		return true;
 	},
 	onState(state) {
 		connection.dataset.state = state;
@@ -279,19 +291,33 @@ newThread.addEventListener("click", () => {
 	for (const view of thread.views) view.root.remove();
 	thread.views = [];
 	views.clear();
-	thread.threadId = randomId("thread");
+	setThread(randomId("thread"));
 	empty.hidden = false;
 	saveThread();
 	refreshComposer();
 	prompt.focus();
 });
 
+/** setThread makes threadId the page's thread: in the address, and followed. */
+function setThread(threadId) {
+	thread.threadId = threadId;
+	window.history.replaceState(null, "", `#thread=${encodeURIComponent(threadId)}`);
+	conversation.follow(threadId);
+}
+
+/** threadInAddress returns the thread named by the address (#thread=<id>), or "". */
+function threadInAddress() {
+	return new URLSearchParams(location.hash.slice(1)).get("thread") ?? "";
+}
+
 // ---- start: restore the thread, rejoin a turn that was running ----
 
-const saved = loadThread();
-thread.threadId = typeof saved?.threadId === "string" && saved.threadId !== "" ? saved.threadId : randomId("thread");
+let saved = loadThread();
+const addressed = threadInAddress();
+if (addressed !== "" && addressed !== saved?.threadId) saved = { threadId: addressed, turns: [] };
+const savedId = typeof saved?.threadId === "string" && saved.threadId !== "" ? saved.threadId : randomId("thread");
 for (const record of Array.isArray(saved?.turns) ? saved.turns : []) {
-	if (typeof record?.runId !== "string" || typeof record?.user?.content !== "string") continue;
+	if (typeof record?.runId !== "string" || (record.user !== null && typeof record?.user?.content !== "string")) continue;
 	if (record.status === Status.running) {
 		// Rendered again from the start of its log: nothing of the earlier page is kept.
 		const view = new TurnView(record);
@@ -302,8 +328,8 @@ for (const record of Array.isArray(saved?.turns) ? saved.turns : []) {
 		addView(TurnView.restore(record));
 	}
 }
+setThread(savedId);
 saveThread();
-conversation.connect();
 refreshComposer();
 scrollToEnd();
 prompt.focus();

@@ -2,6 +2,8 @@
 //
 // A Conversation owns one conversation socket (GET ws, no offset) for many turns, keyed by
 // runId, and one resume socket (ws?runId=…&offset=…) per turn that lost its live delivery.
+// It follows one thread (follow frame, sent again on every new socket): the runs of the thread
+// started elsewhere arrive on the socket as envelopes naming their runId.
 // Every delivered event carries the offset the gateway minted for it; a turn remembers the
 // offsets it has seen, drops duplicates, and resumes strictly after the last one.
 //
@@ -11,8 +13,10 @@
 //   onFail(runId, message, code)  the turn cannot be followed any more (unknown run, …)
 //   onDrop(runId)           the turn's live delivery was lost; it will be resumed
 //   onResume(runId, offset) a resume socket for the turn opened (offset "-1": from the start)
+//   onFollow(runId)         a run of the followed thread started elsewhere arrives; return
+//                           true to be delivered its events (onEvent), false to ignore it
 //   onState(state)          connection state: connecting, connected, reconnecting, resumed,
-//                           idle (closed after inactivity, reopened on the next send), offline
+//                           offline (a socket that follows a thread is never closed idle)
 
 /** Close codes the gateway uses (PROTOCOL.md section 3). */
 export const Close = Object.freeze({
@@ -27,8 +31,8 @@ const backoffBaseMs = 250;
 const backoffMaxMs = 8000;
 // Attempts in a row without a single new event before a turn's resume gives up.
 const resumeMaxAttempts = 12;
-// How long a Stop waits for the turn to end before the page stops following it.
-const abortGraceMs = 5000;
+// How long a Stop sent on a socket waits for the turn to end before it is sent over HTTP too.
+const abortGraceMs = 3000;
 
 /** backoff returns the delay before retry number attempt (from 0), with jitter. */
 export function backoff(attempt) {
@@ -73,6 +77,10 @@ export class Conversation {
 		this.onState = options.onState ?? (() => {});
 		this.onDrop = options.onDrop ?? (() => {});
 		this.onResume = options.onResume ?? (() => {});
+		this.onFollow = options.onFollow ?? (() => false);
+		/** The thread followed on every conversation socket. */
+		this.threadId = undefined;
+		this.abortUrl = (runId) => new URL(`api/runs/${encodeURIComponent(runId)}/abort`, document.baseURI);
 
 		/** @type {Map<string, Turn>} */
 		this.turns = new Map();
@@ -107,6 +115,7 @@ export class Conversation {
 			if (ws !== this.socket) return;
 			this.socketAttempts = 0;
 			this.socketState = "connected";
+			if (this.threadId !== undefined) ws.send(JSON.stringify({ type: "follow", threadId: this.threadId }));
 			for (const { frame, turn } of this.queue.splice(0)) {
 				ws.send(frame);
 				if (turn) turn.sent = true;
@@ -137,6 +146,16 @@ export class Conversation {
 		return turn;
 	}
 
+	/** follow follows threadId (and no other thread) on this and every later socket. */
+	follow(threadId) {
+		if (threadId === this.threadId) return;
+		const open = this.socket && this.socket.readyState === WebSocket.OPEN;
+		if (open && this.threadId !== undefined) this.socket.send(JSON.stringify({ type: "unfollow", threadId: this.threadId }));
+		this.threadId = threadId;
+		if (open) this.socket.send(JSON.stringify({ type: "follow", threadId }));
+		else this.connect();
+	}
+
 	/** join follows a run from the start of its log (after a reload), on a resume socket. */
 	join(runId) {
 		const turn = this.track(runId, "resume");
@@ -145,20 +164,22 @@ export class Conversation {
 	}
 
 	/**
-	 * stop asks the gateway to abort a turn. The gateway delivers nothing more of an aborted
-	 * turn live, so the turn's end (RUN_ERROR aborted) is read from its log on a resume
-	 * socket after the last offset seen. A turn the gateway does not stop within the grace
-	 * period (it was started on an earlier socket) is no longer followed.
+	 * stop asks the gateway to abort a turn, whoever started it: the abort frame goes on the
+	 * conversation socket, else on the turn's resume socket, else (and if the turn has not
+	 * ended after a grace period) over HTTP, until the turn ends. The gateway delivers
+	 * nothing more of an aborted turn live on the socket that sent the abort, so the end of a
+	 * turn of this socket (RUN_ERROR aborted) is read from its log on a resume socket after
+	 * the last offset seen; a followed or resumed turn gets its end where it is delivered.
 	 */
 	stop(runId) {
 		const turn = this.turns.get(runId);
 		if (!turn || turn.finished) return;
 		turn.stopping = true;
-		if (!this.sendFrame(JSON.stringify({ type: "abort", runId }), { queue: false })) {
-			// No socket to carry the abort: stop following the reply at once.
-			this.forget(turn);
-			this.onFail(runId, "stopped following this reply", "detached");
-			return;
+		const frame = JSON.stringify({ type: "abort", runId });
+		let sent = this.sendFrame(frame, { queue: false });
+		if (!sent && turn.resumeSocket?.readyState === WebSocket.OPEN) {
+			turn.resumeSocket.send(frame);
+			sent = true;
 		}
 		if (turn.via === "live") {
 			turn.via = "resume";
@@ -166,11 +187,28 @@ export class Conversation {
 			this.resume(turn);
 		}
 		clearTimeout(turn.stopTimer);
-		turn.stopTimer = setTimeout(() => {
-			if (turn.finished || turn.terminal) return;
+		if (sent) turn.stopTimer = setTimeout(() => this.abortOverHTTP(turn), abortGraceMs);
+		else this.abortOverHTTP(turn);
+	}
+
+	/** abortOverHTTP sends POST api/runs/{runId}/abort, again after failures, until the turn ends. */
+	async abortOverHTTP(turn) {
+		turn.stopTimer = undefined;
+		if (turn.finished || turn.terminal || this.closed) return;
+		let status = 0;
+		try {
+			status = (await fetch(this.abortUrl(turn.runId), { method: "POST" })).status;
+		} catch {
+			// Offline: tried again below.
+		}
+		if (turn.finished || turn.terminal) return;
+		if (status === 404) {
 			this.forget(turn);
-			this.onFail(runId, "stopped following this reply", "detached");
-		}, abortGraceMs);
+			this.onFail(turn.runId, "unknown or expired run", "unknown_run");
+			return;
+		}
+		// 200: the run's log is closed, its end is on its way; otherwise try again.
+		if (status !== 200) turn.stopTimer = setTimeout(() => this.abortOverHTTP(turn), backoff(turn.stopAttempts++));
 	}
 
 	/** close closes every socket and stops every timer. */
@@ -245,6 +283,22 @@ export class Conversation {
 			}
 			return;
 		}
+		if (frame.runId !== undefined) {
+			// A run of the followed thread, or the end of a turn of this socket that was
+			// stopped elsewhere.
+			let turn = this.turns.get(frame.runId);
+			if (!turn) {
+				if (!this.onFollow(frame.runId)) return;
+				turn = this.track(frame.runId, "follow");
+			}
+			if (turn.finished || (turn.via !== "live" && turn.via !== "follow")) return;
+			this.deliver(turn, frame.event, frame.offset);
+			if (turn.via === "follow" && turn.terminal) {
+				this.forget(turn);
+				this.onDone(turn.runId);
+			}
+			return;
+		}
 		const turn = this.route(frame);
 		if (!turn || turn.finished || turn.via !== "live") return;
 		this.deliver(turn, frame.event, frame.offset);
@@ -286,21 +340,16 @@ export class Conversation {
 		// A run frame still queued is sent on the next socket instead.
 		for (const turn of this.turns.values()) {
 			if (turn.via === "live" && !turn.sent) continue;
-			if (turn.via === "live" && !turn.finished && !turn.terminal) {
+			const onSocket = turn.via === "live" || turn.via === "follow";
+			if (onSocket && !turn.finished && !turn.terminal) {
 				turn.via = "resume";
 				this.onDrop(turn.runId);
 				this.scheduleResume(turn);
-			} else if (turn.via === "live" && turn.terminal) {
+			} else if (onSocket && turn.terminal) {
 				this.forget(turn);
 			}
 		}
 		if (this.closed) return;
-		if (code === Close.normal && this.queue.length === 0) {
-			// Closed for inactivity: reopened on the next send.
-			this.socketState = "idle";
-			this.publishState();
-			return;
-		}
 		this.socketState = "reconnecting";
 		this.publishState();
 		const delay = backoff(this.socketAttempts++);
@@ -391,7 +440,11 @@ export class Conversation {
 class Turn {
 	constructor(runId) {
 		this.runId = runId;
-		/** "live" (the conversation socket) or "resume" (its own resume socket). */
+		/**
+		 * "live" (its run frame went on the conversation socket), "follow" (a run of the
+		 * followed thread, delivered on the conversation socket) or "resume" (its own resume
+		 * socket).
+		 */
 		this.via = "live";
 		this.seen = new Set();
 		this.last = undefined;
@@ -407,5 +460,6 @@ class Turn {
 		this.resumeConnecting = false;
 		this.resumeTimer = undefined;
 		this.stopTimer = undefined;
+		this.stopAttempts = 0;
 	}
 }

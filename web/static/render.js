@@ -51,7 +51,9 @@ export function contentText(content) {
 
 export class TurnView {
 	/**
-	 * @param {{runId: string, user: {id: string, content: string}}} turn
+	 * @param {{runId: string, user: {id: string, content: string}|null}} turn  user is null
+	 *   for a turn started elsewhere (another tab, another device, a server), whose message this
+	 *   page never saw
 	 */
 	constructor({ runId, user }) {
 		this.runId = runId;
@@ -82,9 +84,9 @@ export class TurnView {
 			{ class: "turn", "data-run-id": runId, "data-status": this.status },
 			el(
 				"div",
-				{ class: "msg user", "data-role": "user" },
+				{ class: "msg user", "data-role": "user", "data-elsewhere": user ? undefined : "true" },
 				el("h3", { class: "visually-hidden", text: "You" }),
-				el("p", { class: "bubble", text: user.content }),
+				el("p", { class: "bubble", text: user ? user.content : "Sent from another tab or device" }),
 			),
 			this.reply,
 		);
@@ -336,7 +338,7 @@ export class TurnView {
 	 * result) and tool results, in the order they appeared.
 	 */
 	messages() {
-		const out = [{ id: this.user.id, role: "user", content: this.user.content }];
+		const out = this.user ? [{ id: this.user.id, role: "user", content: this.user.content }] : [];
 		const assistants = new Map();
 		const assistant = (id) => {
 			let message = assistants.get(id);

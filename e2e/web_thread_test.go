@@ -1,0 +1,126 @@
+package e2e
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/wsgateway/wsgateway/internal/tcpproxy"
+)
+
+// elsewhere is what the page shows as the message of a turn started in another tab.
+const elsewhere = "Sent from another tab or device"
+
+// TestWebThreadTwoTabs opens two pages on one thread (the second on the first's address): a
+// message sent in page 1 streams in page 2; Stop pressed in page 2 stops it in both, which
+// then show the same reply; a message sent in page 2 reaches page 1, once.
+func TestWebThreadTwoTabs(t *testing.T) {
+	g := startGateway(t)
+	browser := startBrowser(t)
+	p1 := openPage(t, browser, g.URL+"/")
+	hash := eval[string](p1, `location.hash`)
+	if !strings.HasPrefix(hash, "#thread=thread-") {
+		t.Fatalf("page address %q does not name its thread", hash)
+	}
+	p2 := openPage(t, browser, g.URL+"/"+hash)
+	thread := strings.TrimPrefix(hash, "#thread=")
+	p2.waitFor("page 2 to follow the thread", `document.querySelector("#connection").dataset.state === "connected"`)
+	for i, p := range []*page{p1, p2} {
+		if f := p.followFrames(); len(f) != 1 || f[0] != "follow "+thread {
+			t.Errorf("page %d sent follow frames %q, want one of %s", i+1, f, thread)
+		}
+	}
+
+	const tokens = 2000
+	p1.setOptions(demoOptions{Tokens: strconv.Itoa(tokens), IntervalMs: "20"})
+	p1.send("from tab one")
+	p2.waitReplyLen(0, len(tokensReply(10)))
+	if got := p2.turn(0); got.Status != "running" || got.User != elsewhere || got.RunID != p1.turn(0).RunID {
+		t.Fatalf("page 2 shows %+v, want page 1's turn running, started elsewhere", got)
+	}
+	p2.do(chromedp.Click(chromedp.CSS("#stop")))
+	got2 := p2.waitStatus(0, "stopped")
+	got1 := p1.waitStatus(0, "stopped")
+	full := tokensReply(tokens)
+	if got1.Reply != got2.Reply || !strings.HasPrefix(full, got1.Reply) || len(got1.Reply) >= len(full) {
+		t.Errorf("stopped replies: page 1 %d characters, page 2 %d: want the same strict prefix of the full reply", len(got1.Reply), len(got2.Reply))
+	}
+	for i, got := range []turnState{got1, got2} {
+		if got.StatusLine != "Stopped" || strings.Contains(got.Note, "Stopped following") {
+			t.Errorf("page %d: status line %q, note %q; want Stopped (RUN_ERROR aborted)", i+1, got.StatusLine, got.Note)
+		}
+	}
+	if f := p2.sentFrames(); len(f) != 1 || f[0].Type != "abort" || f[0].RunID != got1.RunID {
+		t.Errorf("page 2 sent %+v, want one abort of %s", f, got1.RunID)
+	}
+
+	p2.setOptions(demoOptions{})
+	p2.send("from tab two")
+	if got := p2.waitStatus(1, "done"); got.Reply != "You said: from tab two" {
+		t.Errorf("page 2's own reply = %q", got.Reply)
+	}
+	got := p1.waitStatus(1, "done")
+	if got.Reply != "You said: from tab two" || got.User != elsewhere || got.Texts != 1 {
+		t.Errorf("page 1 shows page 2's turn as %+v", got)
+	}
+	if n := len(p1.turns()); n != 2 {
+		t.Errorf("page 1 shows %d turns, want 2", n)
+	}
+}
+
+// TestWebStopAfterCut cuts the page's TCP connections mid-turn and presses Stop at once, while
+// the page has no working socket: the turn ends stopped (RUN_ERROR aborted), never "stopped
+// following".
+func TestWebStopAfterCut(t *testing.T) {
+	g := startGateway(t)
+	px := tcpproxy.Start(t, g.Addr, nil)
+	p := openPage(t, startBrowser(t), "http://"+px.Addr()+"/")
+	const tokens = 2000
+	p.setOptions(demoOptions{Tokens: strconv.Itoa(tokens), IntervalMs: "20"})
+	p.send("cut, then stop")
+	p.waitReplyLen(0, len(tokensReply(10)))
+	if n := px.Cut(); n == 0 {
+		t.Fatal("Cut found no connection to cut")
+	}
+	p.do(chromedp.Click(chromedp.CSS("#stop")))
+	got := p.waitStatus(0, "stopped")
+	if got.StatusLine != "Stopped" || strings.Contains(got.Note, "Stopped following") {
+		t.Errorf("status line %q, note %q; want Stopped by the gateway", got.StatusLine, got.Note)
+	}
+	full := tokensReply(tokens)
+	if !strings.HasPrefix(full, got.Reply) || len(got.Reply) >= len(full) {
+		t.Errorf("stopped reply (%d characters) is not a strict prefix of the full reply", len(got.Reply))
+	}
+	p.setOptions(demoOptions{})
+	p.send("after the stop")
+	if got := p.waitStatus(1, "done"); got.Reply != "You said: after the stop" {
+		t.Errorf("reply after the stop = %q", got.Reply)
+	}
+}
+
+// TestWebStopAfterReload reloads the page mid-turn and presses Stop on the rejoined turn: it
+// ends stopped (RUN_ERROR aborted).
+func TestWebStopAfterReload(t *testing.T) {
+	g := startGateway(t)
+	p := openPage(t, startBrowser(t), g.URL+"/")
+	const tokens = 2000
+	p.setOptions(demoOptions{Tokens: strconv.Itoa(tokens), IntervalMs: "20"})
+	p.send("reload, then stop")
+	p.waitReplyLen(0, len(tokensReply(10)))
+	p.do(chromedp.Reload())
+	p.waitReady()
+	p.waitReplyLen(0, len(tokensReply(20)))
+	if got := p.turn(0); got.Status != "running" || got.User != "reload, then stop" {
+		t.Fatalf("turn after the reload: %+v, want it running", got)
+	}
+	p.do(chromedp.Click(chromedp.CSS("#stop")))
+	got := p.waitStatus(0, "stopped")
+	if got.StatusLine != "Stopped" || strings.Contains(got.Note, "Stopped following") {
+		t.Errorf("status line %q, note %q; want Stopped by the gateway", got.StatusLine, got.Note)
+	}
+	if n := len(p.turns()); n != 1 {
+		t.Errorf("the page shows %d turns after the reload, want 1", n)
+	}
+}
