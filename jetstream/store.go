@@ -98,6 +98,9 @@ type Config struct {
 type Metrics struct {
 	// RunReaped is called once per run this store's reaper closed.
 	RunReaped func()
+	// LivenessRenewed is called once per renewal of the store's liveness key, which stands
+	// for the leases of all its writers.
+	LivenessRenewed func()
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -223,9 +226,16 @@ type Store struct {
 	roomMu  sync.Mutex
 	room    chan struct{}
 
+	// liveKey is this store's liveness key in the lease bucket, which its writers' run
+	// leases name (lease.Live) and renewLoop renews; kick wakes renewLoop for releases.
+	liveKey string
+	kick    chan struct{}
+
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
-	idleAcks []*acks // inboxes released by writers, still subscribed (acks.release)
+	byKey    map[string]*Writer // the newest writer of each run key
+	releases map[string]uint64  // run leases to release (key: revision), see forget
+	idleAcks []*acks            // inboxes released by writers, still subscribed (acks.release)
 	closed   bool
 	once     sync.Once
 	closeErr error // of Close, set once
@@ -238,7 +248,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, room: make(chan struct{})}
+	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
+		releases: map[string]uint64{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1)}
 	url := cfg.URLs
 	opts := []nats.Option{
 		nats.Name("wsgateway " + cfg.Owner),
@@ -303,6 +314,11 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		case <-ctx.Done():
 			return fail(ctx.Err())
 		}
+	}
+	// The liveness key exists before any lease names it: a reaper takes a lease whose
+	// liveness key is missing for one whose store is gone.
+	if err := s.renewLive(ctx); err != nil {
+		return fail(fmt.Errorf("liveness key: %w", err))
 	}
 	s.jsAnswered()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -456,10 +472,11 @@ func (s *Store) ClientURL() string {
 	return s.ns.ClientURL()
 }
 
-// Close stops the writers still open (their pending appends fail with ErrClosed and their
-// leases are released so that a reaper closes their logs), the background loops, the
-// connection and the embedded server. It is idempotent and waits. Its error is that of the
-// lease releases, whose leases then expire by themselves; every call returns it.
+// Close stops the writers still open (their pending appends fail with ErrClosed), the
+// background loops, and deletes the store's liveness key, so that reapers close the logs of
+// those writers at once; then it closes the connection and the embedded server. It is
+// idempotent and waits. Its error is that of the key's deletion, after which the key
+// expires by itself, a LeaseTTL later; every call returns it.
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		s.mu.Lock()
@@ -471,15 +488,14 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		s.cancel()
 		s.wg.Wait()
+		for _, w := range writers {
+			w.abandon()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		var errs []error
-		for _, w := range writers {
-			if err := w.abandon(ctx); err != nil {
-				errs = append(errs, err)
-			}
+		if err := s.leases.Delete(ctx, s.liveKey); err != nil {
+			s.closeErr = fmt.Errorf("jetstream: delete the liveness key: %w", err)
 		}
-		s.closeErr = errors.Join(errs...)
 		s.nc.Close()
 		if s.ns != nil {
 			s.ns.Shutdown()
