@@ -82,7 +82,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 	for m.len() < total/4 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	info, err := s.stream.Info(ctx)
+	info, err := s.firstStream().Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func (f *follower) stop() {
 func onNode(t *testing.T, s *Store, name string) int {
 	t.Helper()
 	n := 0
-	consumers := s.stream.ListConsumers(context.Background())
+	consumers := s.firstStream().ListConsumers(context.Background())
 	for c := range consumers.Info() {
 		if c.Cluster != nil && c.Cluster.Leader == name {
 			n++
@@ -313,7 +313,7 @@ func onNode(t *testing.T, s *Store, name string) int {
 // streamLeader returns the index of the node leading s's stream.
 func streamLeader(t *testing.T, s *Store, fc *faultCluster) int {
 	t.Helper()
-	info, err := s.stream.Info(context.Background())
+	info, err := s.firstStream().Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestClusterReaderLeaderCrash(t *testing.T) {
 			t.Fatalf("stream leader stepdown: %v", err)
 		}
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if info, err := s0.stream.Info(context.Background()); err == nil && info.Cluster.Leader != "" &&
+			if info, err := s0.firstStream().Info(context.Background()); err == nil && info.Cluster.Leader != "" &&
 				info.Cluster.Leader != fc.nodes[leader].Name() {
 				break
 			}
@@ -494,7 +494,7 @@ func (m *model) failures() []error {
 func logConsumers(t *testing.T, s *Store) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	consumers := s.stream.ListConsumers(ctx)
+	consumers := s.firstStream().ListConsumers(ctx)
 	for c := range consumers.Info() {
 		leader := ""
 		if c.Cluster != nil {

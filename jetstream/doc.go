@@ -23,7 +23,12 @@
 //
 // # Layout on JetStream
 //
-// One stream holds every run; a run's subject is <prefix>.<key>, key a base32 SHA-256 of the
+// Config.Streams streams hold the runs (default one): a new run goes to the stream its key
+// hashes to, and its metadata records the stream for its life (a resubmit keeps it), so
+// changing Streams loses no run; a store opens a stream it does not configure when it first
+// reads one of its runs. On a cluster, Open asks the streams' leaders to move until no node
+// leads two while a replica's node leads none. Stream 0 is Config.Stream with subjects
+// <prefix>.<key>; stream i is Config.Stream_i with <prefix>-i.<key>; key is a base32 SHA-256 of the
 // length-delimited principal and runId, so any runId maps to a valid subject and two
 // principals never share one. A message holds a batch of events (each a uvarint length and
 // its bytes) and the header Wsg-Gen (the generation). Control records carry the header

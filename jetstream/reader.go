@@ -38,6 +38,7 @@ const (
 // answer may be assigned to a server that is gone.
 type Reader struct {
 	s       *Store
+	st      natsjs.Stream // the stream the run's log is on
 	subject string
 	tag     string
 	gen     uint64
@@ -91,9 +92,9 @@ func (s *Store) Run(ctx context.Context, principal, runID string) (RunInfo, erro
 	return info, nil
 }
 
-// lastMsg returns the last message of subject, or nil when it has none.
-func (s *Store) lastMsg(ctx context.Context, subject string) (*natsjs.RawStreamMsg, error) {
-	m, err := s.stream.GetLastMsgForSubject(ctx, subject)
+// lastMsg returns the last message of subject on st, or nil when it has none.
+func lastMsg(ctx context.Context, st natsjs.Stream, subject string) (*natsjs.RawStreamMsg, error) {
+	m, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -123,17 +124,21 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 	// A join may precede the run's creation; a resume from an offset of this stream may be
 	// served by a bucket replica that has not applied the run's metadata yet (KV gets are
 	// direct gets): both wait up to JoinWait for the run to appear.
-	wait := (after == FromStart && !snapshot) || (after != FromNow && pos.tag == offsetTag(s.epoch, logKey(principal, runID)))
+	wait := (after == FromStart && !snapshot) || (after != FromNow && s.knownTag(pos.tag, logKey(principal, runID)))
 	info, err := s.awaitRun(ctx, principal, runID, wait)
 	if err != nil {
 		return nil, err
 	}
-	subject, tag := s.subject(principal, runID)
-	info, last, err := s.lastOfGeneration(ctx, principal, runID, subject, info)
+	sh, err := s.shard(ctx, info.Stream)
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{s: s, subject: subject, tag: tag, gen: info.Generation, after: after}
+	subject, tag := sh.subject(principal, runID)
+	info, last, err := s.lastOfGeneration(ctx, principal, runID, sh.stream, subject, info)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{s: s, st: sh.stream, subject: subject, tag: tag, gen: info.Generation, after: after}
 	if snapshot {
 		if last == nil {
 			r.eof = true
@@ -182,11 +187,11 @@ func (s *Store) awaitRun(ctx context.Context, principal, runID string, wait bool
 // lastOfGeneration returns the run's metadata and the last message of its generation on
 // subject (nil when the generation holds none yet): ErrInvalidOffset when a resubmit keeps
 // writing past the metadata read, ErrUnknownRun for a closed run whose log aged out.
-func (s *Store) lastOfGeneration(ctx context.Context, principal, runID, subject string, info RunInfo) (RunInfo, *natsjs.RawStreamMsg, error) {
+func (s *Store) lastOfGeneration(ctx context.Context, principal, runID string, st natsjs.Stream, subject string, info RunInfo) (RunInfo, *natsjs.RawStreamMsg, error) {
 	var last *natsjs.RawStreamMsg
 	var err error
 	for attempt := 0; ; attempt++ {
-		if last, err = s.lastMsg(ctx, subject); err != nil {
+		if last, err = lastMsg(ctx, st, subject); err != nil {
 			return info, nil, err
 		}
 		if last == nil || msgGen(last.Header) <= info.Generation || attempt == 3 {
@@ -235,7 +240,7 @@ func (r *Reader) startAfter(ctx context.Context, pos position) error {
 	if pos.tag != r.tag || pos.gen != r.gen {
 		return ErrInvalidOffset
 	}
-	m, err := r.s.stream.GetMsg(ctx, pos.seq)
+	m, err := r.st.GetMsg(ctx, pos.seq)
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return ErrInvalidOffset
 	}
@@ -314,7 +319,7 @@ func (r *Reader) subscribe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.PublishTimeout)
 	defer cancel()
 	name := "wsgr_" + randomHex(8)
-	cons, err := r.s.stream.CreateConsumer(ctx, natsjs.ConsumerConfig{
+	cons, err := r.st.CreateConsumer(ctx, natsjs.ConsumerConfig{
 		Name:              name,
 		DeliverPolicy:     natsjs.DeliverByStartSequencePolicy,
 		OptStartSeq:       r.next,
@@ -479,7 +484,7 @@ func (r *Reader) missed(ctx context.Context) bool {
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, r.s.cfg.PublishTimeout)
 	defer cancelT()
-	last, err := r.s.lastMsg(ctx, r.subject)
+	last, err := lastMsg(ctx, r.st, r.subject)
 	return err == nil && last != nil && last.Sequence >= r.next
 }
 
@@ -517,7 +522,7 @@ func (r *Reader) stop() {
 func (r *Reader) deleteConsumer(name string) {
 	ctx, cancel := context.WithTimeout(r.s.ctx, r.s.cfg.PublishTimeout)
 	defer cancel()
-	if err := r.s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
+	if err := r.st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
 		r.s.log.Debug("jetstream: deleting a reader's consumer", keyErr, err)
 	}
 }

@@ -346,10 +346,14 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 		if info.State != RunOpen {
 			return s.dropLease(ctx, key, leaseRev)
 		}
-		subject, _ := s.subject(info.Principal, info.RunID)
+		sh, err := s.shard(ctx, info.Stream)
+		if err != nil {
+			return err
+		}
+		subject, _ := sh.subject(info.Principal, info.RunID)
 		var last uint64
 		terminal := false
-		m, err := s.lastMsg(ctx, subject)
+		m, err := lastMsg(ctx, sh.stream, subject)
 		if err != nil {
 			return err
 		}
@@ -382,7 +386,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 		}
 		seq := last
 		if !terminal {
-			seq, err = s.publishAfter(ctx, a, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{producerLost}), "")
+			seq, err = s.publishAfter(ctx, a, sh.stream, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{producerLost}), "")
 			if errors.Is(err, ErrFenced) {
 				continue
 			}
@@ -390,7 +394,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 				return err
 			}
 		}
-		if _, err := s.publishAfter(ctx, a, subject, info.Generation, seq, id+".close", nil, ctlClose); errors.Is(err, ErrFenced) {
+		if _, err := s.publishAfter(ctx, a, sh.stream, subject, info.Generation, seq, id+".close", nil, ctlClose); errors.Is(err, ErrFenced) {
 			continue
 		} else if err != nil {
 			return err

@@ -26,14 +26,16 @@ const (
 
 // RunInfo is a run's metadata, kept in the metadata bucket under the run's key.
 type RunInfo struct {
-	Principal  string    `json:"principal"`
-	RunID      string    `json:"runId"`
-	ThreadID   string    `json:"threadId"`
-	Owner      string    `json:"owner"`
-	State      RunState  `json:"state"`
-	Generation uint64    `json:"generation"`
-	Created    time.Time `json:"created"`
-	Closed     time.Time `json:"closed,omitzero"`
+	Principal  string   `json:"principal"`
+	RunID      string   `json:"runId"`
+	ThreadID   string   `json:"threadId"`
+	Owner      string   `json:"owner"`
+	State      RunState `json:"state"`
+	Generation uint64   `json:"generation"`
+	// Stream is the index of the stream the log is on (Config.Streams), for the run's life.
+	Stream  int       `json:"stream,omitempty"`
+	Created time.Time `json:"created"`
+	Closed  time.Time `json:"closed,omitzero"`
 	// Reaped says the reaper closed the log after the producer's lease expired.
 	Reaped bool `json:"reaped,omitempty"`
 }
@@ -65,6 +67,7 @@ func (s *Store) runLease(gen uint64) []byte {
 // idempotent.
 type Writer struct {
 	s        *Store
+	st       natsjs.Stream // the stream the log is on
 	info     RunInfo
 	key      string // metadata and lease key
 	subject  string
@@ -110,20 +113,26 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	}
 	key := runKey(runID)
 	info := RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Owner: s.cfg.Owner, State: RunOpen,
-		Generation: 1, Created: time.Now().UTC()}
+		Generation: 1, Stream: s.place(key), Created: time.Now().UTC()}
+	sh, err := s.shard(ctx, info.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
 	a, err := s.newAcks()
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
-	w, opened, existed, err := s.createNew(ctx, key, info, a)
+	w, opened, existed, err := s.createNew(ctx, key, info, sh, a)
 	if errors.Is(err, errRunExists) {
 		// The run exists (a resubmit, or another principal's), or its key is being
-		// created: claim it step by step, reading it first.
+		// created: claim it step by step, reading it first. A resubmit keeps its stream.
 		var c claim
 		if c, err = s.claimRun(ctx, key, &info, 1); err == nil {
-			w = s.newWriter(key, info, c)
-			w.acks = a
-			existed = c.existed
+			if sh, err = s.shard(ctx, info.Stream); err == nil {
+				w = s.newWriter(key, info, sh, c)
+				w.acks = a
+				existed = c.existed
+			}
 		}
 	}
 	if err == nil && !opened {
@@ -160,8 +169,8 @@ var errRunExists = errors.New("jetstream: run exists")
 // an open record it stored stays on the caller's own subject (principal and runId) as a
 // stray, which the run's next open record finds and purges. opened reports the open record
 // stored; a new run whose subject holds strays gets it from openLog.
-func (s *Store) createNew(ctx context.Context, key string, info RunInfo, a *acks) (w *Writer, opened, existed bool, err error) {
-	w = s.newWriter(key, info, claim{})
+func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *shard, a *acks) (w *Writer, opened, existed bool, err error) {
+	w = s.newWriter(key, info, sh, claim{})
 	w.acks = a
 	val := s.runLease(info.Generation)
 	var leaseErr, metaErr, openErr error
@@ -236,6 +245,9 @@ func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo, first i
 			}
 		}
 		info.Generation = old.Generation + 1
+		if e != nil {
+			info.Stream = old.Stream
+		}
 		leaseRev, retry, err := s.takeLease(ctx, key, e, info.Generation, attempt)
 		if err != nil {
 			return claim{}, err
@@ -316,10 +328,11 @@ func (s *Store) takeLease(ctx context.Context, key string, e natsjs.KeyValueEntr
 }
 
 // newWriter returns the writer of a claimed run, before its log is opened.
-func (s *Store) newWriter(key string, info RunInfo, c claim) *Writer {
-	subject, tag := s.subject(info.Principal, info.RunID)
+func (s *Store) newWriter(key string, info RunInfo, sh *shard, c claim) *Writer {
+	subject, tag := sh.subject(info.Principal, info.RunID)
 	return &Writer{
 		s:       s,
+		st:      sh.stream,
 		info:    info,
 		key:     key,
 		subject: subject,
@@ -343,7 +356,7 @@ func (s *Store) newWriter(key string, info RunInfo, c claim) *Writer {
 func (w *Writer) openLog(ctx context.Context, existed bool) error {
 	for purged := false; ; purged = true {
 		if existed || purged {
-			if err := w.s.stream.Purge(ctx, natsjs.WithPurgeSubject(w.subject)); err != nil {
+			if err := w.st.Purge(ctx, natsjs.WithPurgeSubject(w.subject)); err != nil {
 				return fmt.Errorf("create: purge: %w", err)
 			}
 		}
@@ -551,7 +564,7 @@ func (w *Writer) loop() {
 func (w *Writer) publish(ctx context.Context, body []byte, ctl string) (uint64, error) {
 	w.batches++
 	id := w.msgIDPre + strconv.FormatUint(w.batches, 10)
-	seq, err := w.s.publishAfter(ctx, w.acks, w.subject, w.info.Generation, w.lastSeq, id, body, ctl)
+	seq, err := w.s.publishAfter(ctx, w.acks, w.st, w.subject, w.info.Generation, w.lastSeq, id, body, ctl)
 	if err != nil {
 		return 0, err
 	}
@@ -562,7 +575,7 @@ func (w *Writer) publish(ctx context.Context, body []byte, ctl string) (uint64, 
 // publishAfter publishes body (or the control record ctl) to subject, expecting after as the
 // subject's last sequence, and returns the stored sequence. ErrFenced means another writer
 // stored after `after`.
-func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, after uint64, id string, body []byte, ctl string) (uint64, error) {
+func (s *Store) publishAfter(ctx context.Context, a *acks, st natsjs.Stream, subject string, gen, after uint64, id string, body []byte, ctl string) (uint64, error) {
 	msg := nats.NewMsg(subject)
 	msg.Header.Set(hdrGen, strconv.FormatUint(gen, 10))
 	if ctl != "" {
@@ -595,7 +608,7 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, 
 			}
 			// An earlier attempt may have been stored without us seeing the ack. While the
 			// stream cannot say (a leader election), the question is asked again.
-			seq, stored, lerr := s.storedAfter(ctx, subject, after, id)
+			seq, stored, lerr := s.storedAfter(ctx, st, subject, after, id)
 			switch {
 			case lerr == nil && stored:
 				return seq, nil
@@ -624,10 +637,10 @@ var errNotApplied = errors.New("the stream has not applied what refused the publ
 // storedAfter reports whether the first message of subject after sequence after carries the
 // message id, and its sequence: how a retry refused for a wrong last sequence learns that an
 // earlier attempt was stored after all. err is set when the stream cannot tell yet.
-func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, id string) (seq uint64, stored bool, err error) {
+func (s *Store) storedAfter(ctx context.Context, st natsjs.Stream, subject string, after uint64, id string) (seq uint64, stored bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	m, err := s.stream.GetMsg(ctx, after+1, natsjs.WithGetMsgSubject(subject))
+	m, err := st.GetMsg(ctx, after+1, natsjs.WithGetMsgSubject(subject))
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return 0, false, errNotApplied
 	}

@@ -167,6 +167,7 @@ func (g *gateway) openStore(ctx context.Context) error {
 		TLSKey:    cfg.natsTLSKey,
 		DataDir:   cfg.dataDir,
 		Replicas:  cfg.replicas,
+		Streams:   cfg.streams,
 		Retention: cfg.retention,
 		LeaseTTL:  cfg.leaseTTL,
 		Logger:    g.log,
