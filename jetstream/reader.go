@@ -314,8 +314,17 @@ func (r *Reader) follow(ctx context.Context) error {
 	}
 }
 
-// subscribe makes one attempt at creating the reader's consumer, under a new name.
+// subscribe makes one attempt at creating the reader's consumer, under a new name. At most
+// maxCreates creations of a store are in flight: when many readers start at once (every
+// client of a dead gateway resuming), the others wait here, not in the server's API queue,
+// where they would time out and be retried while the first attempts still create consumers.
 func (r *Reader) subscribe(ctx context.Context) error {
+	select {
+	case r.s.creates <- struct{}{}:
+		defer func() { <-r.s.creates }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.PublishTimeout)
 	defer cancel()
 	name := "wsgr_" + randomHex(8)

@@ -238,6 +238,8 @@ type Store struct {
 	// leases name (lease.Live) and renewLoop renews; kick wakes renewLoop for releases.
 	liveKey string
 	kick    chan struct{}
+	// creates bounds the readers' consumer creations in flight (maxCreates).
+	creates chan struct{}
 
 	// shards are the streams run logs are on: 0 to Streams-1 from Open, others (of runs
 	// created with more streams) opened when first used. Guarded by mu.
@@ -253,15 +255,19 @@ type Store struct {
 	closeErr error // of Close, set once
 }
 
+// maxCreates bounds a store's consumer creations in flight.
+const maxCreates = 32
+
 // Open connects to NATS (starting the embedded server when cfg.URLs is empty), creates or
-// updates the stream and buckets, and starts the lease renewer and the reaper.
+// updates the streams and buckets, and starts the liveness renewer and the reaper.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
-		releases: map[string]uint64{}, shards: map[int]*shard{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1)}
+		releases: map[string]uint64{}, shards: map[int]*shard{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
+		creates: make(chan struct{}, maxCreates)}
 	url := cfg.URLs
 	opts := []nats.Option{
 		nats.Name("wsgateway " + cfg.Owner),
