@@ -171,6 +171,7 @@ func (s *Store) spreadLeaders(ctx context.Context) {
 				s.log.Warn("jetstream: moving a stream's leader", "stream", info.Config.Name, "to", peer.Name, keyErr, err)
 				break
 			}
+			s.log.Info("jetstream: moved a stream's leader to spread the streams' leaders over the nodes", "stream", info.Config.Name, "from", leader, "to", peer.Name)
 			leads[leader]--
 			leads[peer.Name]++
 			break
