@@ -75,10 +75,15 @@
 //     off. Expiry is judged by the reaper's clock.
 //   - An outage spares live producers: a reaper claims expired leases only once JetStream
 //     has answered its store for a whole LeaseTTL, time for every live store to renew.
-//   - A Reader holds one ephemeral consumer (in memory, one replica), deleted when it is
-//     closed or reaches the close; it replaces the consumer from the sequence after the
-//     last it read when the consumer's heartbeats stop, the server deletes it, it skips a
-//     message, or it stays silent for 5 s while the log holds more.
+//   - The Readers of one store that follow the live end of one log share one ephemeral
+//     consumer (in memory, one replica), a tail's, fanned out in the process (tail.go): a
+//     reader whose next message the tail holds (it keeps the last 256) attaches to it; one
+//     further behind reads with a consumer of its own and attaches once caught up; one
+//     that falls 4,096 messages behind is detached and goes on with its own from where it
+//     was. A consumer is deleted when its last reader is closed or reaches the close; it is
+//     replaced from the sequence after the last it delivered when its heartbeats stop, the
+//     server deletes it, it skips a message, or it stays silent for 5 s while the log holds
+//     more. At most 32 consumer creations of a store are in flight.
 //   - Retention is the stream's MaxAge and the buckets' TTL; a read of an aged-out or unknown
 //     run fails at once with ErrUnknownRun.
 package jetstream

@@ -55,7 +55,13 @@ type Reader struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex // guards it, cons and closed, which Close reads from another goroutine
+	// source says the reader is a shared tail's (see tail.go), which never attaches to one.
+	source bool
+
+	mu sync.Mutex // guards it, cons, sub and closed, which Close reads from another goroutine
+	// sub feeds the reader from its log's shared tail instead of a consumer of its own; nil
+	// while it reads with its own.
+	sub    *tailSub
 	it     natsjs.MessagesContext
 	cons   string // the consumer's name
 	closed bool
@@ -160,6 +166,9 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 		return r, nil
 	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
+	if !snapshot && s.attach(r) {
+		return r, nil
+	}
 	if err := r.follow(ctx); err != nil {
 		r.cancel()
 		return nil, err
@@ -442,10 +451,35 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
 	for {
 		r.mu.Lock()
-		it, closed := r.it, r.closed
+		it, sub, closed := r.it, r.sub, r.closed
 		r.mu.Unlock()
 		if closed || r.ctx.Err() != nil {
 			return nil, 0, ErrClosed
+		}
+		if sub != nil {
+			bctx, cancel := r.bound(ctx)
+			m, ok, err := sub.next(bctx)
+			cancel()
+			switch {
+			case ok:
+				return m.msg, m.seq, nil
+			case err != nil && ctx.Err() != nil:
+				return nil, 0, ctx.Err()
+			case err != nil:
+				return nil, 0, ErrClosed
+			}
+			// Detached, or the tail ended: go on with a consumer of its own.
+			r.mu.Lock()
+			r.sub = nil
+			r.mu.Unlock()
+			continue
+		}
+		if it != nil && r.stopAt == 0 && !r.source && r.s.tailCovers(r) {
+			r.release() // caught up with the log's shared tail: leave the own consumer
+			if r.s.attach(r) {
+				continue
+			}
+			it = nil
 		}
 		if it == nil {
 			if err := r.follow(ctx); err != nil {
@@ -511,14 +545,22 @@ func (r *Reader) drop() {
 }
 
 // stop stops the reader's consumer and deletes it, so that a stream's consumer count follows
-// its open readers.
+// its open readers, or leaves the shared tail.
 func (r *Reader) stop() {
-	r.mu.Lock()
-	it, name := r.it, r.cons
-	r.it, r.cons = nil, ""
-	r.mu.Unlock()
 	if r.cancel != nil { // nil when the log was at its end when opened
 		r.cancel()
+	}
+	r.release()
+}
+
+// release deletes the reader's own consumer, or leaves its shared tail.
+func (r *Reader) release() {
+	r.mu.Lock()
+	it, name, sub := r.it, r.cons, r.sub
+	r.it, r.cons, r.sub = nil, "", nil
+	r.mu.Unlock()
+	if sub != nil {
+		sub.t.leave(sub)
 	}
 	if it == nil {
 		return

@@ -244,6 +244,7 @@ type Store struct {
 	// shards are the streams run logs are on: 0 to Streams-1 from Open, others (of runs
 	// created with more streams) opened when first used. Guarded by mu.
 	shards map[int]*shard
+	tails  map[string]*tail // the shared tails of logs, by tailKey
 
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
@@ -266,7 +267,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
-		releases: map[string]uint64{}, shards: map[int]*shard{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
+		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
 		creates: make(chan struct{}, maxCreates)}
 	url := cfg.URLs
 	opts := []nats.Option{
