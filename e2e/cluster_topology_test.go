@@ -259,6 +259,25 @@ func (c *natsCluster) streamLeader(tb testing.TB, ctx context.Context) *natsNode
 // leaderOf returns the node leading a stream of the gateways, which has 3 replicas.
 func (c *natsCluster) leaderOf(tb testing.TB, ctx context.Context, stream string) *natsNode {
 	tb.Helper()
+	info := c.streamInfo(tb, ctx, stream)
+	if info.Cluster == nil || info.Cluster.Leader == "" {
+		tb.Fatalf("stream %s has no leader: %+v", stream, info.Cluster)
+	}
+	if len(info.Cluster.Replicas) != 2 {
+		tb.Errorf("stream %s has %d replicas besides its leader, want 2 (--replicas 3)", stream, len(info.Cluster.Replicas))
+	}
+	return c.node(tb, info.Cluster.Leader)
+}
+
+// streamMessages returns how many messages a stream of the gateways holds.
+func (c *natsCluster) streamMessages(tb testing.TB, ctx context.Context, stream string) uint64 {
+	tb.Helper()
+	return c.streamInfo(tb, ctx, stream).State.Msgs
+}
+
+// streamInfo asks the cluster about a stream.
+func (c *natsCluster) streamInfo(tb testing.TB, ctx context.Context, stream string) *natsjs.StreamInfo {
+	tb.Helper()
 	nc, err := nats.Connect(c.URLs, nats.Name("e2e"))
 	if err != nil {
 		tb.Fatalf("connect to the cluster: %v", err)
@@ -272,14 +291,7 @@ func (c *natsCluster) leaderOf(tb testing.TB, ctx context.Context, stream string
 	if err != nil {
 		tb.Fatalf("stream %s: %v", stream, err)
 	}
-	info := st.CachedInfo()
-	if info.Cluster == nil || info.Cluster.Leader == "" {
-		tb.Fatalf("stream %s has no leader: %+v", stream, info.Cluster)
-	}
-	if len(info.Cluster.Replicas) != 2 {
-		tb.Errorf("stream %s has %d replicas besides its leader, want 2 (--replicas 3)", stream, len(info.Cluster.Replicas))
-	}
-	return c.node(tb, info.Cluster.Leader)
+	return st.CachedInfo()
 }
 
 // runStream is the gateway's default run-log stream (jetstream.Config.Stream).

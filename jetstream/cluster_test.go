@@ -82,7 +82,7 @@ func TestClusterLeaderLoss(t *testing.T) {
 	for m.len() < total/4 {
 		time.Sleep(5 * time.Millisecond)
 	}
-	info, err := s.stream.Info(ctx)
+	info, err := s.firstStream().Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -298,7 +298,7 @@ func (f *follower) stop() {
 func onNode(t *testing.T, s *Store, name string) int {
 	t.Helper()
 	n := 0
-	consumers := s.stream.ListConsumers(context.Background())
+	consumers := s.firstStream().ListConsumers(context.Background())
 	for c := range consumers.Info() {
 		if c.Cluster != nil && c.Cluster.Leader == name {
 			n++
@@ -310,10 +310,24 @@ func onNode(t *testing.T, s *Store, name string) int {
 	return n
 }
 
+// consumerCount returns how many consumers s's stream has.
+func consumerCount(t *testing.T, s *Store) int {
+	t.Helper()
+	n := 0
+	consumers := s.firstStream().ListConsumers(context.Background())
+	for range consumers.Info() {
+		n++
+	}
+	if err := consumers.Err(); err != nil {
+		t.Fatalf("listing consumers: %v", err)
+	}
+	return n
+}
+
 // streamLeader returns the index of the node leading s's stream.
 func streamLeader(t *testing.T, s *Store, fc *faultCluster) int {
 	t.Helper()
-	info, err := s.stream.Info(context.Background())
+	info, err := s.firstStream().Info(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -328,8 +342,9 @@ func streamLeader(t *testing.T, s *Store, fc *faultCluster) int {
 
 // TestClusterReaderLeaderCrash crashes the node leading the stream, the one the store is
 // connected to, not the meta leader (as kill -9 does: no notice of its end reaches the
-// others), while readers follow an open log and its writer keeps appending. Readers are opened until several have
-// their consumer on that node. Every reader returns every event once, in order, within a
+// others), while readers follow an open log and its writer keeps appending. The readers
+// share one consumer (the log's tail), opened until it is on that node. Every reader returns
+// every event once, in order, within a
 // bound well under the time the cluster takes to declare a silent node gone (150s: five
 // missed 30s statistics heartbeats).
 func TestClusterReaderLeaderCrash(t *testing.T) {
@@ -347,7 +362,7 @@ func TestClusterReaderLeaderCrash(t *testing.T) {
 			t.Fatalf("stream leader stepdown: %v", err)
 		}
 		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-			if info, err := s0.stream.Info(context.Background()); err == nil && info.Cluster.Leader != "" &&
+			if info, err := s0.firstStream().Info(context.Background()); err == nil && info.Cluster.Leader != "" &&
 				info.Cluster.Leader != fc.nodes[leader].Name() {
 				break
 			}
@@ -387,18 +402,43 @@ func TestClusterReaderLeaderCrash(t *testing.T) {
 			}
 		}
 	}()
-	for len(readers) < 3 || onNode(t, s, name) < 4 {
-		if len(readers) == 40 {
-			t.Fatalf("%d of 40 readers' consumers on the stream leader", onNode(t, s, name))
+	// The readers share the log's tail, one consumer: readers are opened three at a time
+	// until that consumer is on the stream leader.
+	for attempt := 0; ; attempt++ {
+		for range 3 {
+			r, err := s.Read(ctx, "alice", run, FromStart)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			readers = append(readers, startFollower(r))
 		}
-		r, err := s.Read(ctx, "alice", run, FromStart)
-		if err != nil {
-			t.Fatalf("Read: %v", err)
+		for _, f := range readers { // the tail's consumer exists once they read
+			if !f.waitFor(1, time.Now().Add(30*time.Second)) {
+				t.Fatal("a reader got nothing of the log in 30s")
+			}
 		}
-		readers = append(readers, startFollower(r))
+		if onNode(t, s, name) > 0 {
+			break
+		}
+		if attempt == 40 {
+			t.Fatalf("no shared tail's consumer on the stream leader in %d attempts", attempt)
+		}
+		for _, f := range readers {
+			f.stop()
+		}
+		readers = nil
+		for deadline := time.Now().Add(10 * time.Second); consumerCount(t, s) > 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				logConsumers(t, s)
+				t.Fatal("the shared tail's consumer outlived its readers")
+			}
+		}
 	}
-	t.Logf("%d readers, %d of their consumers on the stream leader %s; meta leader %s; the store connected to %s",
-		len(readers), onNode(t, s, name), name, metaLeader(fc), s.nc.ConnectedServerName())
+	if n := consumerCount(t, s); n != 1 {
+		t.Fatalf("%d readers of one log hold %d consumers, want one shared", len(readers), n)
+	}
+	t.Logf("%d readers share one consumer, on the stream leader %s; meta leader %s; the store connected to %s",
+		len(readers), name, metaLeader(fc), s.nc.ConnectedServerName())
 
 	fc.crash(leader)
 	crashed := time.Now()
@@ -494,7 +534,7 @@ func (m *model) failures() []error {
 func logConsumers(t *testing.T, s *Store) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	consumers := s.stream.ListConsumers(ctx)
+	consumers := s.firstStream().ListConsumers(ctx)
 	for c := range consumers.Info() {
 		leader := ""
 		if c.Cluster != nil {

@@ -7,7 +7,8 @@
 //
 //   - Open(ctx, Config) connects (or starts an embedded server under Config.DataDir) and
 //     creates or updates the stream and the two KV buckets. Store.Ready serves /readyz;
-//     Store.Close releases this process's leases and stops what Open started.
+//     Store.Close stops what Open started and deletes the store's liveness key, so that
+//     reapers end the runs it left open at once.
 //   - Store.Create starts a run's log (a new generation of it on a resubmit by the same
 //     principal) and returns its Writer: Append queues one event and reports its offset
 //     through a callback once stored; WaitRoom waits while too much waits to be stored;
@@ -27,7 +28,12 @@
 //
 // # Layout on JetStream
 //
-// One stream holds every run; a run's subject is <prefix>.<key>, key a base32 SHA-256 of the
+// Config.Streams streams hold the runs (default one): a new run goes to the stream its key
+// hashes to, and its metadata records the stream for its life (a resubmit keeps it), so
+// changing Streams loses no run; a store opens a stream it does not configure when it first
+// reads one of its runs. On a cluster, Open asks the streams' leaders to move until no node
+// leads two while a replica's node leads none. Stream 0 is Config.Stream with subjects
+// <prefix>.<key>; stream i is Config.Stream_i with <prefix>-i.<key>; key is a base32 SHA-256 of the
 // length-delimited principal and runId, so any runId maps to a valid subject and two
 // principals never share one. A message holds a batch of events (each a uvarint length and
 // its bytes) and the header Wsg-Gen (the generation). Control records carry the header
@@ -57,19 +63,32 @@
 //   - Create writes nothing on another principal's run: it creates a lease or metadata only
 //     where none exists, and takes an existing run's only after reading that it is the
 //     caller's.
-//   - Leases are renewed timestamps (not KV TTLs), which survive a leader change; a store
-//     renews its writers' leases every LeaseTTL/3. Every reaper watches the lease bucket and
-//     every ReapInterval claims expired leases by compare-and-set (one reaper wins), then
+//   - Liveness costs one write per store and period, whatever its number of runs: a run's
+//     lease, written once by Create, names its store's liveness key ("live.<hash of the
+//     owner>" in the lease bucket), a timestamp the store renews every LeaseTTL/5 (not a
+//     KV TTL, which would not survive a leader change); the lease expires with that key.
+//     Every reaper watches the lease bucket and every ReapInterval, for leases whose key
+//     expired, first declares the key's store dead by a compare-and-set on the key at the
+//     revision it saw expire (a renewal its watcher has not shown yet wins), then claims
+//     each lease by compare-and-set (one reaper wins), a bounded number concurrently, and
 //     appends RUN_ERROR code producer_lost and the close record, fenced like any append; a
 //     log that already ends with a terminal gets the close record alone, so no log ends
-//     twice. A resubmit takes the lease before it touches the metadata or the log; a
-//     reaper whose claim was overtaken backs off. Expiry is judged by the reaper's clock.
+//     twice. A store learns from the same watcher that a reaper or a resubmit took one of
+//     its writers' leases (Lost fires). A writer that stops without closing its log marks
+//     its lease expired (retried until JetStream answers). A resubmit takes the lease
+//     before it touches the metadata or the log; a reaper whose claim was overtaken backs
+//     off. Expiry is judged by the reaper's clock.
 //   - An outage spares live producers: a reaper claims expired leases only once JetStream
-//     has answered its store for a whole LeaseTTL, time for every live producer to renew.
-//   - A Reader holds one ephemeral consumer (in memory, one replica), deleted when it is
-//     closed or reaches the close; it replaces the consumer from the sequence after the
-//     last it read when the consumer's heartbeats stop, the server deletes it, it skips a
-//     message, or it stays silent for 5 s while the log holds more.
+//     has answered its store for a whole LeaseTTL, time for every live store to renew.
+//   - The Readers of one store that follow the live end of one log share one ephemeral
+//     consumer (in memory, one replica), a tail's, fanned out in the process (tail.go): a
+//     reader whose next message the tail holds (it keeps the last 256) attaches to it; one
+//     further behind reads with a consumer of its own and attaches once caught up; one
+//     that falls 4,096 messages behind is detached and goes on with its own from where it
+//     was. A consumer is deleted when its last reader is closed or reaches the close; it is
+//     replaced from the sequence after the last it delivered when its heartbeats stop, the
+//     server deletes it, it skips a message, or it stays silent for 5 s while the log holds
+//     more. At most 32 consumer creations of a store are in flight.
 //   - Retention is the stream's MaxAge and the buckets' TTL; a read of an aged-out or unknown
 //     run fails at once with ErrUnknownRun.
 package jetstream

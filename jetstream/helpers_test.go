@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 )
 
@@ -168,4 +169,11 @@ func firstEvents(es []Entry) string {
 		b.Write(e.Event)
 	}
 	return b.String()
+}
+
+// firstStream is the store's stream 0, where a store with one stream keeps every run.
+func (s *Store) firstStream() natsjs.Stream {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.shards[0].stream
 }

@@ -140,7 +140,7 @@ func TestReaperAfterTerminal(t *testing.T) {
 			// acknowledgement reaches it.
 			w.batches++
 			id := w.msgIDPre + "x" + strconv.FormatUint(w.batches, 10)
-			if _, err := w.s.publishAfter(ctx, w.acks, w.subject, w.info.Generation, w.lastSeq, id, encodeBatch(nil, [][]byte{term}), ""); err != nil {
+			if _, err := w.s.publishAfter(ctx, w.acks, w.st, w.subject, w.info.Generation, w.lastSeq, id, encodeBatch(nil, [][]byte{term}), ""); err != nil {
 				t.Fatal(err)
 			}
 		}, "RUN_FINISHED"},
@@ -304,7 +304,7 @@ func TestAcksLateAnswersBurst(t *testing.T) {
 	if got.err != nil {
 		t.Fatalf("publish after 20 attempts given up on = %v: its answer was dropped", got.err)
 	}
-	if last, err := s.stream.GetLastMsgForSubject(ctx, subject); err != nil || last.Sequence != got.seq {
+	if last, err := s.firstStream().GetLastMsgForSubject(ctx, subject); err != nil || last.Sequence != got.seq {
 		t.Fatalf("acknowledged sequence %d, last stored %v (%v)", got.seq, last, err)
 	}
 }

@@ -22,6 +22,13 @@ func runKey(runID string) string {
 	return keyEncoding.EncodeToString(h.Sum(nil))
 }
 
+// liveKey names a store's liveness key in the lease bucket. Its "live." prefix tells it from
+// run keys, which have no dot.
+func liveKey(owner string) string {
+	h := sha256.Sum256([]byte("live\x00" + owner))
+	return "live." + keyEncoding.EncodeToString(h[:])
+}
+
 // logKey names a run's subject. It is injective in (principal, runID) up to SHA-256 collisions:
 // the principal is length-delimited, so no two pairs hash the same input, and any bytes of
 // either map to 52 subject-safe characters.

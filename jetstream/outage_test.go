@@ -99,7 +99,7 @@ func TestReadersReleaseConsumers(t *testing.T) {
 		}
 		readAll(t, r)
 	}
-	info, err := s.stream.Info(ctx)
+	info, err := s.firstStream().Info(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -38,6 +38,7 @@ const (
 // answer may be assigned to a server that is gone.
 type Reader struct {
 	s       *Store
+	st      natsjs.Stream // the stream the run's log is on
 	subject string
 	tag     string
 	gen     uint64
@@ -54,7 +55,13 @@ type Reader struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex // guards it, cons and closed, which Close reads from another goroutine
+	// source says the reader is a shared tail's (see tail.go), which never attaches to one.
+	source bool
+
+	mu sync.Mutex // guards it, cons, sub and closed, which Close reads from another goroutine
+	// sub feeds the reader from its log's shared tail instead of a consumer of its own; nil
+	// while it reads with its own.
+	sub    *tailSub
 	it     natsjs.MessagesContext
 	cons   string // the consumer's name
 	closed bool
@@ -91,9 +98,9 @@ func (s *Store) Run(ctx context.Context, principal, runID string) (RunInfo, erro
 	return info, nil
 }
 
-// lastMsg returns the last message of subject, or nil when it has none.
-func (s *Store) lastMsg(ctx context.Context, subject string) (*natsjs.RawStreamMsg, error) {
-	m, err := s.stream.GetLastMsgForSubject(ctx, subject)
+// lastMsg returns the last message of subject on st, or nil when it has none.
+func lastMsg(ctx context.Context, st natsjs.Stream, subject string) (*natsjs.RawStreamMsg, error) {
+	m, err := st.GetLastMsgForSubject(ctx, subject)
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -123,17 +130,21 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 	// A join may precede the run's creation; a resume from an offset of this stream may be
 	// served by a bucket replica that has not applied the run's metadata yet (KV gets are
 	// direct gets): both wait up to JoinWait for the run to appear.
-	wait := (after == FromStart && !snapshot) || (after != FromNow && pos.tag == offsetTag(s.epoch, logKey(principal, runID)))
+	wait := (after == FromStart && !snapshot) || (after != FromNow && s.knownTag(pos.tag, logKey(principal, runID)))
 	info, err := s.awaitRun(ctx, principal, runID, wait)
 	if err != nil {
 		return nil, err
 	}
-	subject, tag := s.subject(principal, runID)
-	info, last, err := s.lastOfGeneration(ctx, principal, runID, subject, info)
+	sh, err := s.shard(ctx, info.Stream)
 	if err != nil {
 		return nil, err
 	}
-	r := &Reader{s: s, subject: subject, tag: tag, gen: info.Generation, after: after}
+	subject, tag := sh.subject(principal, runID)
+	info, last, err := s.lastOfGeneration(ctx, principal, runID, sh.stream, subject, info)
+	if err != nil {
+		return nil, err
+	}
+	r := &Reader{s: s, st: sh.stream, subject: subject, tag: tag, gen: info.Generation, after: after}
 	if snapshot {
 		if last == nil {
 			r.eof = true
@@ -155,6 +166,9 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 		return r, nil
 	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
+	if !snapshot && s.attach(r) {
+		return r, nil
+	}
 	if err := r.follow(ctx); err != nil {
 		r.cancel()
 		return nil, err
@@ -182,11 +196,11 @@ func (s *Store) awaitRun(ctx context.Context, principal, runID string, wait bool
 // lastOfGeneration returns the run's metadata and the last message of its generation on
 // subject (nil when the generation holds none yet): ErrInvalidOffset when a resubmit keeps
 // writing past the metadata read, ErrUnknownRun for a closed run whose log aged out.
-func (s *Store) lastOfGeneration(ctx context.Context, principal, runID, subject string, info RunInfo) (RunInfo, *natsjs.RawStreamMsg, error) {
+func (s *Store) lastOfGeneration(ctx context.Context, principal, runID string, st natsjs.Stream, subject string, info RunInfo) (RunInfo, *natsjs.RawStreamMsg, error) {
 	var last *natsjs.RawStreamMsg
 	var err error
 	for attempt := 0; ; attempt++ {
-		if last, err = s.lastMsg(ctx, subject); err != nil {
+		if last, err = lastMsg(ctx, st, subject); err != nil {
 			return info, nil, err
 		}
 		if last == nil || msgGen(last.Header) <= info.Generation || attempt == 3 {
@@ -235,7 +249,7 @@ func (r *Reader) startAfter(ctx context.Context, pos position) error {
 	if pos.tag != r.tag || pos.gen != r.gen {
 		return ErrInvalidOffset
 	}
-	m, err := r.s.stream.GetMsg(ctx, pos.seq)
+	m, err := r.st.GetMsg(ctx, pos.seq)
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return ErrInvalidOffset
 	}
@@ -309,12 +323,21 @@ func (r *Reader) follow(ctx context.Context) error {
 	}
 }
 
-// subscribe makes one attempt at creating the reader's consumer, under a new name.
+// subscribe makes one attempt at creating the reader's consumer, under a new name. At most
+// maxCreates creations of a store are in flight: when many readers start at once (every
+// client of a dead gateway resuming), the others wait here, not in the server's API queue,
+// where they would time out and be retried while the first attempts still create consumers.
 func (r *Reader) subscribe(ctx context.Context) error {
+	select {
+	case r.s.creates <- struct{}{}:
+		defer func() { <-r.s.creates }()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.PublishTimeout)
 	defer cancel()
 	name := "wsgr_" + randomHex(8)
-	cons, err := r.s.stream.CreateConsumer(ctx, natsjs.ConsumerConfig{
+	cons, err := r.st.CreateConsumer(ctx, natsjs.ConsumerConfig{
 		Name:              name,
 		DeliverPolicy:     natsjs.DeliverByStartSequencePolicy,
 		OptStartSeq:       r.next,
@@ -428,10 +451,35 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
 	for {
 		r.mu.Lock()
-		it, closed := r.it, r.closed
+		it, sub, closed := r.it, r.sub, r.closed
 		r.mu.Unlock()
 		if closed || r.ctx.Err() != nil {
 			return nil, 0, ErrClosed
+		}
+		if sub != nil {
+			bctx, cancel := r.bound(ctx)
+			m, ok, err := sub.next(bctx)
+			cancel()
+			switch {
+			case ok:
+				return m.msg, m.seq, nil
+			case err != nil && ctx.Err() != nil:
+				return nil, 0, ctx.Err()
+			case err != nil:
+				return nil, 0, ErrClosed
+			}
+			// Detached, or the tail ended: go on with a consumer of its own.
+			r.mu.Lock()
+			r.sub = nil
+			r.mu.Unlock()
+			continue
+		}
+		if it != nil && r.stopAt == 0 && !r.source && r.s.tailCovers(r) {
+			r.release() // caught up with the log's shared tail: leave the own consumer
+			if r.s.attach(r) {
+				continue
+			}
+			it = nil
 		}
 		if it == nil {
 			if err := r.follow(ctx); err != nil {
@@ -479,7 +527,7 @@ func (r *Reader) missed(ctx context.Context) bool {
 	defer cancel()
 	ctx, cancelT := context.WithTimeout(ctx, r.s.cfg.PublishTimeout)
 	defer cancelT()
-	last, err := r.s.lastMsg(ctx, r.subject)
+	last, err := lastMsg(ctx, r.st, r.subject)
 	return err == nil && last != nil && last.Sequence >= r.next
 }
 
@@ -497,14 +545,22 @@ func (r *Reader) drop() {
 }
 
 // stop stops the reader's consumer and deletes it, so that a stream's consumer count follows
-// its open readers.
+// its open readers, or leaves the shared tail.
 func (r *Reader) stop() {
-	r.mu.Lock()
-	it, name := r.it, r.cons
-	r.it, r.cons = nil, ""
-	r.mu.Unlock()
 	if r.cancel != nil { // nil when the log was at its end when opened
 		r.cancel()
+	}
+	r.release()
+}
+
+// release deletes the reader's own consumer, or leaves its shared tail.
+func (r *Reader) release() {
+	r.mu.Lock()
+	it, name, sub := r.it, r.cons, r.sub
+	r.it, r.cons, r.sub = nil, "", nil
+	r.mu.Unlock()
+	if sub != nil {
+		sub.t.leave(sub)
 	}
 	if it == nil {
 		return
@@ -517,7 +573,7 @@ func (r *Reader) stop() {
 func (r *Reader) deleteConsumer(name string) {
 	ctx, cancel := context.WithTimeout(r.s.ctx, r.s.cfg.PublishTimeout)
 	defer cancel()
-	if err := r.s.stream.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
+	if err := r.st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
 		r.s.log.Debug("jetstream: deleting a reader's consumer", keyErr, err)
 	}
 }

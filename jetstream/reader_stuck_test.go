@@ -33,14 +33,14 @@ func TestReaderReplacesStuckConsumer(t *testing.T) {
 		t.Fatalf("the reader got %d of 2 events in 30s", len(f.got()))
 	}
 	var names []string
-	consumers := s.stream.ListConsumers(ctx)
+	consumers := s.firstStream().ListConsumers(ctx)
 	for c := range consumers.Info() {
 		names = append(names, c.Name)
 	}
 	if err := consumers.Err(); err != nil || len(names) != 1 {
 		t.Fatalf("the stream's consumers: %v, %v; want the reader's", names, err)
 	}
-	if _, err := s.stream.PauseConsumer(ctx, names[0], time.Now().Add(time.Hour)); err != nil {
+	if _, err := s.firstStream().PauseConsumer(ctx, names[0], time.Now().Add(time.Hour)); err != nil {
 		t.Fatal(err)
 	}
 	offs = append(offs, mustAppend(t, w, events[2:])...)

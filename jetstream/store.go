@@ -10,7 +10,6 @@ import (
 	"net"
 	"os"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -46,10 +45,16 @@ type Config struct {
 	// loopback port), so another process can share the server.
 	ListenAddr string
 
-	// Stream names the stream holding every run's log (default "WSGATEWAY_RUNS").
+	// Stream names the stream holding the runs' logs (default "WSGATEWAY_RUNS"); with
+	// Streams above 1, the other streams are named Stream_1, Stream_2, ...
 	Stream string
-	// SubjectPrefix prefixes run subjects (default "wsgateway.run").
+	// SubjectPrefix prefixes run subjects (default "wsgateway.run"); the subjects of stream
+	// Stream_i are prefixed SubjectPrefix-i.
 	SubjectPrefix string
+	// Streams is how many streams new runs are spread over, by a hash of their key
+	// (default 1). A run stays on the stream it was created on (its metadata records it),
+	// so changing Streams between restarts loses no run.
+	Streams int
 	// AbortSubject carries abort requests between the stores sharing the stream (default
 	// "wsgateway.abort"); it must lie outside SubjectPrefix.
 	AbortSubject string
@@ -101,6 +106,9 @@ type Config struct {
 type Metrics struct {
 	// RunReaped is called once per run this store's reaper closed.
 	RunReaped func()
+	// LivenessRenewed is called once per renewal of the store's liveness key, which stands
+	// for the leases of all its writers.
+	LivenessRenewed func()
 }
 
 func (c Config) withDefaults() (Config, error) {
@@ -124,6 +132,9 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.LeaseBucket, "wsgateway_leases")
 	if c.Replicas == 0 {
 		c.Replicas = 1
+	}
+	if c.Streams == 0 {
+		c.Streams = 1
 	}
 	defd(&c.Retention, 24*time.Hour)
 	defd(&c.DedupWindow, 30*time.Second)
@@ -153,6 +164,8 @@ func (c Config) withDefaults() (Config, error) {
 	switch {
 	case c.Replicas < 1 || c.Replicas > 5:
 		return c, fmt.Errorf("jetstream: replicas %d out of 1..5", c.Replicas)
+	case c.Streams < 1 || c.Streams > maxStreams:
+		return c, fmt.Errorf("jetstream: streams %d out of 1..%d", c.Streams, maxStreams)
 	case c.Retention < 0 || c.DedupWindow < 0 || c.LeaseTTL < 0 || c.ReapInterval < 0 ||
 		c.JoinWait < 0 || c.PublishTimeout < 0:
 		return c, errors.New("jetstream: negative duration in config")
@@ -204,10 +217,8 @@ type Store struct {
 	ns     *server.Server // the embedded server, nil in external mode
 	nc     *nats.Conn
 	js     natsjs.JetStream
-	stream natsjs.Stream
 	meta   natsjs.KeyValue
 	leases natsjs.KeyValue
-	epoch  string
 	log    *slog.Logger
 
 	ctx    context.Context // canceled by Close: aborts background work and retries
@@ -227,22 +238,41 @@ type Store struct {
 	roomMu  sync.Mutex
 	room    chan struct{}
 
+	// liveKey is this store's liveness key in the lease bucket, which its writers' run
+	// leases name (lease.Live) and renewLoop renews; kick wakes renewLoop for releases.
+	liveKey string
+	kick    chan struct{}
+	// creates bounds the readers' consumer creations in flight (maxCreates).
+	creates chan struct{}
+
+	// shards are the streams run logs are on: 0 to Streams-1 from Open, others (of runs
+	// created with more streams) opened when first used. Guarded by mu.
+	shards map[int]*shard
+	tails  map[string]*tail // the shared tails of logs, by tailKey
+
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
-	idleAcks []*acks // inboxes released by writers, still subscribed (acks.release)
+	byKey    map[string]*Writer // the newest writer of each run key
+	releases map[string]uint64  // run leases to release (key: revision), see forget
+	idleAcks []*acks            // inboxes released by writers, still subscribed (acks.release)
 	closed   bool
 	once     sync.Once
 	closeErr error // of Close, set once
 }
 
+// maxCreates bounds a store's consumer creations in flight.
+const maxCreates = 32
+
 // Open connects to NATS (starting the embedded server when cfg.URLs is empty), creates or
-// updates the stream and buckets, and starts the lease renewer and the reaper.
+// updates the streams and buckets, and starts the liveness renewer and the reaper.
 func Open(ctx context.Context, cfg Config) (*Store, error) {
 	cfg, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, room: make(chan struct{})}
+	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
+		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
+		creates: make(chan struct{}, maxCreates)}
 	url := cfg.URLs
 	opts := []nats.Option{
 		nats.Name("wsgateway " + cfg.Owner),
@@ -308,6 +338,12 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 			return fail(ctx.Err())
 		}
 	}
+	s.spreadLeaders(ctx)
+	// The liveness key exists before any lease names it: a reaper takes a lease whose
+	// liveness key is missing for one whose store is gone.
+	if err := s.renewLive(ctx); err != nil {
+		return fail(fmt.Errorf("liveness key: %w", err))
+	}
 	s.jsAnswered()
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(2)
@@ -353,59 +389,22 @@ func startEmbedded(cfg Config) (*server.Server, error) {
 	return ns, nil
 }
 
-// ensure creates or updates the stream and the buckets, and learns the stream's epoch.
+// ensure creates or updates the streams and the buckets, and learns the streams' epochs.
 func (s *Store) ensure(ctx context.Context) error {
-	want := natsjs.StreamConfig{
-		Name:       s.cfg.Stream,
-		Subjects:   []string{s.cfg.SubjectPrefix + ".>"},
-		Storage:    natsjs.FileStorage,
-		Retention:  natsjs.LimitsPolicy,
-		Discard:    natsjs.DiscardOld,
-		MaxAge:     s.cfg.Retention,
-		Duplicates: s.cfg.DedupWindow,
-		Replicas:   s.cfg.Replicas,
-		// Message gets go to the stream's leader. Direct gets may be answered by a
-		// replica that has not applied the last writes yet: a resume from an offset just
-		// acknowledged would be refused as past the end, and a publish retry could miss
-		// its own stored message.
-		AllowDirect: false,
-	}
-	for attempt := 0; s.stream == nil; attempt++ {
-		if attempt == 5 {
-			return fmt.Errorf("stream %s: concurrent changes", s.cfg.Stream)
+	for i := range s.cfg.Streams {
+		s.mu.Lock()
+		have := s.shards[i] != nil
+		s.mu.Unlock()
+		if have {
+			continue
 		}
-		st, err := s.js.Stream(ctx, s.cfg.Stream)
-		if errors.Is(err, natsjs.ErrStreamNotFound) {
-			cfg := want
-			cfg.Metadata = map[string]string{epochMetaKey: randomHex(8)}
-			st, err = s.js.CreateStream(ctx, cfg)
-			if errors.Is(err, natsjs.ErrStreamNameAlreadyInUse) {
-				continue
-			}
-		}
+		sh, err := s.ensureShard(ctx, i)
 		if err != nil {
-			return fmt.Errorf("stream %s: %w", s.cfg.Stream, err)
+			return err
 		}
-		have := st.CachedInfo().Config
-		cfg := want
-		cfg.Metadata = map[string]string{}
-		for k, v := range have.Metadata {
-			if !strings.HasPrefix(k, "_nats") {
-				cfg.Metadata[k] = v
-			}
-		}
-		if cfg.Metadata[epochMetaKey] == "" {
-			cfg.Metadata[epochMetaKey] = randomHex(8)
-		}
-		if have.Metadata[epochMetaKey] != cfg.Metadata[epochMetaKey] || have.MaxAge != want.MaxAge ||
-			have.Duplicates != want.Duplicates || have.Replicas != want.Replicas ||
-			have.AllowDirect != want.AllowDirect || len(have.Subjects) != 1 || have.Subjects[0] != want.Subjects[0] {
-			if st, err = s.js.UpdateStream(ctx, cfg); err != nil {
-				return fmt.Errorf("update stream %s: %w", s.cfg.Stream, err)
-			}
-		}
-		s.epoch = st.CachedInfo().Config.Metadata[epochMetaKey]
-		s.stream = st
+		s.mu.Lock()
+		s.shards[i] = sh
+		s.mu.Unlock()
 	}
 	var err error
 	for _, b := range []struct {
@@ -434,8 +433,14 @@ func (s *Store) Ready(ctx context.Context) error {
 	if st := s.nc.Status(); st != nats.CONNECTED {
 		return fmt.Errorf("ready: nats %s", st)
 	}
-	if _, err := s.stream.Info(ctx); err != nil {
-		return fmt.Errorf("ready: stream: %w", err)
+	for i := range s.cfg.Streams {
+		sh, err := s.shard(ctx, i)
+		if err == nil {
+			_, err = sh.stream.Info(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("ready: stream: %w", err)
+		}
 	}
 	for _, kv := range []natsjs.KeyValue{s.meta, s.leases} {
 		if _, err := kv.Status(ctx); err != nil {
@@ -460,10 +465,11 @@ func (s *Store) ClientURL() string {
 	return s.ns.ClientURL()
 }
 
-// Close stops the writers still open (their pending appends fail with ErrClosed and their
-// leases are released so that a reaper closes their logs), the background loops, the
-// connection and the embedded server. It is idempotent and waits. Its error is that of the
-// lease releases, whose leases then expire by themselves; every call returns it.
+// Close stops the writers still open (their pending appends fail with ErrClosed), the
+// background loops, and deletes the store's liveness key, so that reapers close the logs of
+// those writers at once; then it closes the connection and the embedded server. It is
+// idempotent and waits. Its error is that of the key's deletion, after which the key
+// expires by itself, a LeaseTTL later; every call returns it.
 func (s *Store) Close() error {
 	s.once.Do(func() {
 		s.mu.Lock()
@@ -475,15 +481,14 @@ func (s *Store) Close() error {
 		s.mu.Unlock()
 		s.cancel()
 		s.wg.Wait()
+		for _, w := range writers {
+			w.abandon()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		var errs []error
-		for _, w := range writers {
-			if err := w.abandon(ctx); err != nil {
-				errs = append(errs, err)
-			}
+		if err := s.leases.Delete(ctx, s.liveKey); err != nil {
+			s.closeErr = fmt.Errorf("jetstream: delete the liveness key: %w", err)
 		}
-		s.closeErr = errors.Join(errs...)
 		s.nc.Close()
 		if s.ns != nil {
 			s.ns.Shutdown()
@@ -497,11 +502,6 @@ func (s *Store) isClosed() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.closed
-}
-
-func (s *Store) subject(principal, runID string) (subject, tag string) {
-	k := logKey(principal, runID)
-	return s.cfg.SubjectPrefix + "." + k, offsetTag(s.epoch, k)
 }
 
 // sleep waits d or until ctx or the store is done.

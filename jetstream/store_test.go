@@ -476,7 +476,7 @@ func TestPublishRetry(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer a.release()
-	first, err := s.publishAfter(ctx, a, subject, 1, 0, "id-1", []byte("a"), "")
+	first, err := s.publishAfter(ctx, a, s.firstStream(), subject, 1, 0, "id-1", []byte("a"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -484,27 +484,27 @@ func TestPublishRetry(t *testing.T) {
 	// publish is refused as a wrong last sequence (or, were the order reversed, acknowledged
 	// as a duplicate of the first); either way it is not stored twice, and storedAfter, which
 	// publishAfter consults when a retry is refused, finds the first store.
-	again, err := s.publishAfter(ctx, a, subject, 1, 0, "id-1", []byte("a"), "")
+	again, err := s.publishAfter(ctx, a, s.firstStream(), subject, 1, 0, "id-1", []byte("a"), "")
 	if !(err == nil && again == first) && !errors.Is(err, ErrFenced) {
 		t.Fatalf("repeat of id-1 = %d, %v; want %d or ErrFenced", again, err, first)
 	}
-	if seq, ok, err := s.storedAfter(ctx, subject, 0, "id-1"); !ok || err != nil || seq != first {
+	if seq, ok, err := s.storedAfter(ctx, s.firstStream(), subject, 0, "id-1"); !ok || err != nil || seq != first {
 		t.Fatalf("storedAfter(0, id-1) = %d, %v, %v; want %d, true", seq, ok, err, first)
 	}
-	if _, err := s.publishAfter(ctx, a, subject, 1, 0, "id-2", []byte("b"), ""); !errors.Is(err, ErrFenced) {
+	if _, err := s.publishAfter(ctx, a, s.firstStream(), subject, 1, 0, "id-2", []byte("b"), ""); !errors.Is(err, ErrFenced) {
 		t.Fatalf("publish expecting an empty subject = %v, want ErrFenced", err)
 	}
-	second, err := s.publishAfter(ctx, a, subject, 1, first, "id-2", []byte("b"), "")
+	second, err := s.publishAfter(ctx, a, s.firstStream(), subject, 1, first, "id-2", []byte("b"), "")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, ok, err := s.storedAfter(ctx, subject, first, "id-1"); ok || err != nil {
+	if _, ok, err := s.storedAfter(ctx, s.firstStream(), subject, first, "id-1"); ok || err != nil {
 		t.Fatalf("storedAfter(first, id-1) after id-2 = %v, %v; want false", ok, err)
 	}
-	if _, _, err := s.storedAfter(ctx, subject, second, "id-3"); !errors.Is(err, errNotApplied) {
+	if _, _, err := s.storedAfter(ctx, s.firstStream(), subject, second, "id-3"); !errors.Is(err, errNotApplied) {
 		t.Fatalf("storedAfter(last) = %v, want errNotApplied", err)
 	}
-	info, err := s.stream.Info(ctx)
+	info, err := s.firstStream().Info(ctx)
 	if err != nil || info.State.Msgs != 2 || second != first+1 {
 		t.Fatalf("stream holds %d messages (seqs %d, %d), want 2 consecutive", info.State.Msgs, first, second)
 	}
@@ -543,7 +543,7 @@ func TestAcks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	last, err := s.stream.GetLastMsgForSubject(ctx, subject)
+	last, err := s.firstStream().GetLastMsgForSubject(ctx, subject)
 	if err != nil || last.Sequence != seq {
 		t.Fatalf("acknowledged sequence %d, last stored %v (%v)", seq, last, err)
 	}
@@ -577,7 +577,7 @@ func TestAcks(t *testing.T) {
 	if seq, err = b.publish(ctx, msg(subject), 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if last, err := s.stream.GetLastMsgForSubject(ctx, subject); err != nil || last.Sequence != seq {
+	if last, err := s.firstStream().GetLastMsgForSubject(ctx, subject); err != nil || last.Sequence != seq {
 		t.Fatalf("the next publisher on a reused inbox: acknowledged %d, last stored %v (%v)", seq, last, err)
 	}
 }

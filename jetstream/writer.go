@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -25,30 +26,48 @@ const (
 
 // RunInfo is a run's metadata, kept in the metadata bucket under the run's key.
 type RunInfo struct {
-	Principal  string    `json:"principal"`
-	RunID      string    `json:"runId"`
-	ThreadID   string    `json:"threadId"`
-	Owner      string    `json:"owner"`
-	State      RunState  `json:"state"`
-	Generation uint64    `json:"generation"`
-	Created    time.Time `json:"created"`
-	Closed     time.Time `json:"closed,omitzero"`
+	Principal  string   `json:"principal"`
+	RunID      string   `json:"runId"`
+	ThreadID   string   `json:"threadId"`
+	Owner      string   `json:"owner"`
+	State      RunState `json:"state"`
+	Generation uint64   `json:"generation"`
+	// Stream is the index of the stream the log is on (Config.Streams), for the run's life.
+	Stream  int       `json:"stream,omitempty"`
+	Created time.Time `json:"created"`
+	Closed  time.Time `json:"closed,omitzero"`
 	// Reaped says the reaper closed the log after the producer's lease expired.
 	Reaped bool `json:"reaped,omitempty"`
 }
 
-// lease is the value of a run's key in the lease bucket while its log is open.
+// lease is the value of a run's key in the lease bucket while its log is open, and of a
+// store's liveness key.
+//
+// A producer's run lease is not renewed: it names the producer's liveness key (Live), which
+// its store renews once per period for all its runs, so renewal traffic grows with the
+// number of stores, not of runs. The run lease expires when that key does (or is gone).
+// A lease without Live (a reaper's claim, a released lease) expires at Expires.
 type lease struct {
 	Owner   string `json:"owner"`
 	Expires int64  `json:"expires"` // Unix milliseconds
 	// Gen is the generation of the run the owner writes (0 in a reaper's claim).
 	Gen uint64 `json:"gen,omitempty"`
+	// Live is the liveness key whose expiry is this lease's.
+	Live string `json:"live,omitempty"`
+}
+
+// runLease returns the value of a run lease this store's writer of generation gen holds.
+// Its Expires is never reached: a store that does not know Live keys (an older version
+// during a rolling upgrade) must not reap the run.
+func (s *Store) runLease(gen uint64) []byte {
+	return mustJSON(lease{Owner: s.cfg.Owner, Expires: math.MaxInt64, Gen: gen, Live: s.liveKey})
 }
 
 // Writer appends to one run's log. Append and Lost are safe for concurrent use; Close is
 // idempotent.
 type Writer struct {
 	s        *Store
+	st       natsjs.Stream // the stream the log is on
 	info     RunInfo
 	key      string // metadata and lease key
 	subject  string
@@ -67,9 +86,9 @@ type Writer struct {
 	backlog  int64 // bytes appended and not yet stored or failed (Config.MaxRunBacklog)
 	closing  bool
 	err      error  // sticky: every later append fails with it
-	leaseRev uint64 // revision of our lease entry
+	leaseRev uint64 // revision of our lease entry, set by Create
 	metaRev  uint64 // revision of the metadata Create stored
-	released bool   // Close or abandon gave the lease up: stop renewing
+	released bool   // the lease is closed, released or left to the store's Close
 	closeErr error
 	closed   bool
 
@@ -94,20 +113,26 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	}
 	key := runKey(runID)
 	info := RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Owner: s.cfg.Owner, State: RunOpen,
-		Generation: 1, Created: time.Now().UTC()}
+		Generation: 1, Stream: s.place(key), Created: time.Now().UTC()}
+	sh, err := s.shard(ctx, info.Stream)
+	if err != nil {
+		return nil, fmt.Errorf("create: %w", err)
+	}
 	a, err := s.newAcks()
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
-	w, opened, existed, err := s.createNew(ctx, key, info, a)
+	w, opened, existed, err := s.createNew(ctx, key, info, sh, a)
 	if errors.Is(err, errRunExists) {
 		// The run exists (a resubmit, or another principal's), or its key is being
-		// created: claim it step by step, reading it first.
+		// created: claim it step by step, reading it first. A resubmit keeps its stream.
 		var c claim
 		if c, err = s.claimRun(ctx, key, &info, 1); err == nil {
-			w = s.newWriter(key, info, c)
-			w.acks = a
-			existed = c.existed
+			if sh, err = s.shard(ctx, info.Stream); err == nil {
+				w = s.newWriter(key, info, sh, c)
+				w.acks = a
+				existed = c.existed
+			}
 		}
 	}
 	if err == nil && !opened {
@@ -124,7 +149,12 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 		return nil, ErrClosed
 	}
 	s.writers[w] = struct{}{}
+	old := s.byKey[key]
+	s.byKey[key] = w
 	s.mu.Unlock()
+	if old != nil {
+		old.fail(ErrFenced) // a resubmit through this store took its run
+	}
 	go w.loop()
 	return w, nil
 }
@@ -139,10 +169,10 @@ var errRunExists = errors.New("jetstream: run exists")
 // an open record it stored stays on the caller's own subject (principal and runId) as a
 // stray, which the run's next open record finds and purges. opened reports the open record
 // stored; a new run whose subject holds strays gets it from openLog.
-func (s *Store) createNew(ctx context.Context, key string, info RunInfo, a *acks) (w *Writer, opened, existed bool, err error) {
-	w = s.newWriter(key, info, claim{})
+func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *shard, a *acks) (w *Writer, opened, existed bool, err error) {
+	w = s.newWriter(key, info, sh, claim{})
 	w.acks = a
-	val := mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: info.Generation})
+	val := s.runLease(info.Generation)
 	var leaseErr, metaErr, openErr error
 	// The open record's publish retries through an outage; a failed lease or metadata write
 	// ends it at once, since the run cannot start without them.
@@ -215,6 +245,9 @@ func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo, first i
 			}
 		}
 		info.Generation = old.Generation + 1
+		if e != nil {
+			info.Stream = old.Stream
+		}
 		leaseRev, retry, err := s.takeLease(ctx, key, e, info.Generation, attempt)
 		if err != nil {
 			return claim{}, err
@@ -272,7 +305,7 @@ func (s *Store) readRun(ctx context.Context, key, principal string) (natsjs.KeyV
 // held is a live run, maybe another principal's, and is never overwritten. retry asks for
 // another attempt, which reads the metadata.
 func (s *Store) takeLease(ctx context.Context, key string, e natsjs.KeyValueEntry, gen uint64, attempt int) (rev uint64, retry bool, err error) {
-	val := mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli(), Gen: gen})
+	val := s.runLease(gen)
 	if e != nil {
 		rev, err = s.leases.Put(ctx, key, val)
 	} else if rev, err = s.leases.Create(ctx, key, val); errors.Is(err, natsjs.ErrKeyExists) {
@@ -295,10 +328,11 @@ func (s *Store) takeLease(ctx context.Context, key string, e natsjs.KeyValueEntr
 }
 
 // newWriter returns the writer of a claimed run, before its log is opened.
-func (s *Store) newWriter(key string, info RunInfo, c claim) *Writer {
-	subject, tag := s.subject(info.Principal, info.RunID)
+func (s *Store) newWriter(key string, info RunInfo, sh *shard, c claim) *Writer {
+	subject, tag := sh.subject(info.Principal, info.RunID)
 	return &Writer{
 		s:       s,
+		st:      sh.stream,
 		info:    info,
 		key:     key,
 		subject: subject,
@@ -322,7 +356,7 @@ func (s *Store) newWriter(key string, info RunInfo, c claim) *Writer {
 func (w *Writer) openLog(ctx context.Context, existed bool) error {
 	for purged := false; ; purged = true {
 		if existed || purged {
-			if err := w.s.stream.Purge(ctx, natsjs.WithPurgeSubject(w.subject)); err != nil {
+			if err := w.st.Purge(ctx, natsjs.WithPurgeSubject(w.subject)); err != nil {
 				return fmt.Errorf("create: purge: %w", err)
 			}
 		}
@@ -347,8 +381,10 @@ func (s *Store) takeStrayLease(ctx context.Context, key string, val []byte) (uin
 		return 0, err
 	}
 	var l lease
-	if json.Unmarshal(e.Value(), &l) == nil && l.Expires > time.Now().UnixMilli() {
-		return 0, nil
+	if json.Unmarshal(e.Value(), &l) == nil {
+		if live, err := s.leaseLive(ctx, l); err != nil || live {
+			return 0, err
+		}
 	}
 	rev, err := s.leases.Update(ctx, key, val, e.Revision())
 	if isWrongLastSeq(err) {
@@ -528,7 +564,7 @@ func (w *Writer) loop() {
 func (w *Writer) publish(ctx context.Context, body []byte, ctl string) (uint64, error) {
 	w.batches++
 	id := w.msgIDPre + strconv.FormatUint(w.batches, 10)
-	seq, err := w.s.publishAfter(ctx, w.acks, w.subject, w.info.Generation, w.lastSeq, id, body, ctl)
+	seq, err := w.s.publishAfter(ctx, w.acks, w.st, w.subject, w.info.Generation, w.lastSeq, id, body, ctl)
 	if err != nil {
 		return 0, err
 	}
@@ -539,7 +575,7 @@ func (w *Writer) publish(ctx context.Context, body []byte, ctl string) (uint64, 
 // publishAfter publishes body (or the control record ctl) to subject, expecting after as the
 // subject's last sequence, and returns the stored sequence. ErrFenced means another writer
 // stored after `after`.
-func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, after uint64, id string, body []byte, ctl string) (uint64, error) {
+func (s *Store) publishAfter(ctx context.Context, a *acks, st natsjs.Stream, subject string, gen, after uint64, id string, body []byte, ctl string) (uint64, error) {
 	msg := nats.NewMsg(subject)
 	msg.Header.Set(hdrGen, strconv.FormatUint(gen, 10))
 	if ctl != "" {
@@ -572,7 +608,7 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, subject string, gen, 
 			}
 			// An earlier attempt may have been stored without us seeing the ack. While the
 			// stream cannot say (a leader election), the question is asked again.
-			seq, stored, lerr := s.storedAfter(ctx, subject, after, id)
+			seq, stored, lerr := s.storedAfter(ctx, st, subject, after, id)
 			switch {
 			case lerr == nil && stored:
 				return seq, nil
@@ -601,10 +637,10 @@ var errNotApplied = errors.New("the stream has not applied what refused the publ
 // storedAfter reports whether the first message of subject after sequence after carries the
 // message id, and its sequence: how a retry refused for a wrong last sequence learns that an
 // earlier attempt was stored after all. err is set when the stream cannot tell yet.
-func (s *Store) storedAfter(ctx context.Context, subject string, after uint64, id string) (seq uint64, stored bool, err error) {
+func (s *Store) storedAfter(ctx context.Context, st natsjs.Stream, subject string, after uint64, id string) (seq uint64, stored bool, err error) {
 	ctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	m, err := s.stream.GetMsg(ctx, after+1, natsjs.WithGetMsgSubject(subject))
+	m, err := st.GetMsg(ctx, after+1, natsjs.WithGetMsgSubject(subject))
 	if errors.Is(err, natsjs.ErrMsgNotFound) {
 		return 0, false, errNotApplied
 	}
@@ -627,10 +663,9 @@ func retryable(err error) bool {
 
 // Close waits for pending appends, writes the close control record, marks the run closed
 // and releases the lease. It is idempotent; after a failure it returns that failure and
-// writes nothing: the lease is no longer renewed, so a reaper ends the log with
-// producer_lost (unless the writer was fenced, and the log is already someone else's). If
-// ctx ends first, the pending appends still drain in the background and the log is left
-// open for the reaper: the lease is no longer renewed.
+// writes nothing but the lease's release, so that a reaper ends the log with producer_lost
+// (unless the writer was fenced, and the log is already someone else's). If ctx ends first,
+// the pending appends still drain in the background and the lease is released likewise.
 func (w *Writer) Close(ctx context.Context) error {
 	w.mu.Lock()
 	if w.closed {
@@ -657,11 +692,7 @@ func (w *Writer) finish(ctx context.Context) error {
 	case <-w.done:
 	case <-ctx.Done():
 		// The loop keeps draining in the background (the store's Close stops it) and hands
-		// the inbox back when it returns. The lease is no longer renewed: a reaper closes
-		// the log.
-		w.mu.Lock()
-		w.released = true
-		w.mu.Unlock()
+		// the inbox back when it returns; the lease is released for a reaper to close the log.
 		w.s.forget(w)
 		go func() {
 			<-w.done
@@ -680,13 +711,12 @@ func (w *Writer) finish(ctx context.Context) error {
 	}
 	info := w.info
 	info.State, info.Closed = RunClosed, time.Now().UTC()
-	w.mu.Lock()
-	w.released = true
-	rev := w.leaseRev
-	w.mu.Unlock()
-	if err := w.s.closeRun(ctx, w.key, info, w.metaRev, rev); err != nil {
+	if err := w.s.closeRun(ctx, w.key, info, w.metaRev, w.leaseRev); err != nil {
 		return fmt.Errorf("close %s: %w", w.info.RunID, err)
 	}
+	w.mu.Lock()
+	w.released = true
+	w.mu.Unlock()
 	return nil
 }
 
@@ -719,83 +749,45 @@ func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev,
 	return nil
 }
 
-// abandon stops a writer whose store is closing: pending appends fail with ErrClosed and the
-// lease is released (marked expired) so that a reaper closes the log. It returns the
-// release's error: the lease then expires by itself, a LeaseTTL later.
-func (w *Writer) abandon(ctx context.Context) error {
+// abandon stops a writer whose store is closing: pending appends fail with ErrClosed. Its
+// lease is left to the store, which deletes its liveness key last: the reapers then close
+// the log.
+func (w *Writer) abandon() {
 	w.fail(ErrClosed)
 	w.mu.Lock()
 	w.closing = true
 	w.released = true
-	rev := w.leaseRev
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
 	default:
 	}
 	<-w.done
-	if _, err := w.s.leases.Update(ctx, w.key, mustJSON(lease{Owner: w.s.cfg.Owner}), rev); err != nil {
-		return fmt.Errorf("release the lease of %s: %w", w.info.RunID, err)
-	}
-	return nil
 }
 
-// forget drops w from the writers whose leases renewLoop renews and Close releases.
+// forget drops w from the store's writers. Unless w released its lease (Close closed the
+// log, or the store is closing), the store releases it (marks it expired) for a reaper to
+// close the log, retrying until JetStream answers.
 func (s *Store) forget(w *Writer) {
+	w.mu.Lock()
+	released := w.released
+	w.released = true
+	w.mu.Unlock()
 	s.mu.Lock()
 	delete(s.writers, w)
-	s.mu.Unlock()
-}
-
-// renew extends the writer's lease. A lease changed by someone else (the reaper, a resubmit)
-// loses the writer; a transient failure is retried at the next tick.
-func (w *Writer) renew(ctx context.Context) {
-	w.mu.Lock()
-	rev, released := w.leaseRev, w.released
-	w.mu.Unlock()
-	if released {
-		return
+	if s.byKey[w.key] == w {
+		delete(s.byKey, w.key)
 	}
-	val := mustJSON(lease{Owner: w.s.cfg.Owner, Expires: time.Now().Add(w.s.cfg.LeaseTTL).UnixMilli(), Gen: w.info.Generation})
-	rev, err := w.s.leases.Update(ctx, w.key, val, rev)
-	if isWrongLastSeq(err) {
-		// A renewal sent while the connection was down is sent after it reconnects: it may
-		// have been stored although its answer was lost. The lease is still ours if it
-		// names this writer.
-		if own, ok := w.ownLease(ctx); ok {
-			rev, err = w.s.leases.Update(ctx, w.key, val, own)
+	if !released {
+		s.releases[w.key] = w.leaseRev
+	}
+	s.mu.Unlock()
+	if !released {
+		select {
+		case s.kick <- struct{}{}:
+		default:
 		}
 	}
-	w.mu.Lock()
-	released = w.released
-	if err == nil && !released {
-		w.leaseRev = rev
-	}
-	w.mu.Unlock()
-	switch {
-	case err == nil || released: // Close may have released the lease meanwhile
-		w.s.jsAnswered()
-	case isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound):
-		w.s.jsAnswered()
-		w.fail(ErrLeaseLost)
-	default:
-		w.s.jsFailed()
-		w.s.log.Warn("jetstream: lease renewal failed", keyRunID, w.info.RunID, keyErr, err)
-	}
-}
-
-// ownLease returns the revision of the run's lease if it names this writer (its store and
-// its generation).
-func (w *Writer) ownLease(ctx context.Context) (uint64, bool) {
-	e, err := w.s.leases.Get(ctx, w.key)
-	if err != nil {
-		return 0, false
-	}
-	var l lease
-	if json.Unmarshal(e.Value(), &l) != nil || l.Owner != w.s.cfg.Owner || l.Gen != w.info.Generation {
-		return 0, false
-	}
-	return e.Revision(), true
 }
 
 func mustJSON(v any) []byte {

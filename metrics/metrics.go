@@ -18,6 +18,7 @@
 //	wsgateway_conversation_frames_dropped_total{reason}    counter   reason: DropReason
 //	wsgateway_conversation_limit_refusals_total{limit}     counter   limit: Limit
 //	wsgateway_jetstream_runs_reaped_total                  counter
+//	wsgateway_jetstream_liveness_renewals_total            counter
 //	wsgateway_jetstream_ready                              gauge     1 ready, 0 not (SetReadyCheck)
 //
 // The Grafana dashboard and the Prometheus alert rules under deploy/ use these names; a test
@@ -117,6 +118,7 @@ type Metrics struct {
 	framesDropped   *prometheus.CounterVec
 	limitRefusals   *prometheus.CounterVec
 	runsReaped      prometheus.Counter
+	renewals        prometheus.Counter
 	ready           *readyCollector
 }
 
@@ -172,9 +174,13 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: "wsgateway", Subsystem: "jetstream", Name: "runs_reaped_total",
 			Help: "Runs whose producer was lost, terminated by this process's reaper.",
 		}),
+		renewals: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "jetstream", Name: "liveness_renewals_total",
+			Help: "Renewals of this process's liveness key, which keeps the leases of all its runs (one per lease TTL / 5).",
+		}),
 	}
 	reg.MustRegister(m.openSockets, m.turnsStarted, m.turnsEnded, m.eventsAppended,
-		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.limitRefusals, m.runsReaped, m.ready)
+		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.limitRefusals, m.runsReaped, m.renewals, m.ready)
 	// Expose every closed-set series from the start, so dashboards see zeros, not gaps.
 	for _, t := range transports {
 		for _, k := range []SocketKind{SocketConversation, SocketResume} {
@@ -261,6 +267,13 @@ func (m *Metrics) FrameDropped(r DropReason) {
 func (m *Metrics) RunReaped() {
 	if m != nil {
 		m.runsReaped.Inc()
+	}
+}
+
+// LivenessRenewed counts a renewal of the liveness key. Its signature fits a store hook.
+func (m *Metrics) LivenessRenewed() {
+	if m != nil {
+		m.renewals.Inc()
 	}
 }
 

@@ -26,6 +26,7 @@ func TestNames(t *testing.T) {
 	m.FrameDropped(DropNotJSON)
 	m.LimitRefused(LimitRunFrameRate)
 	m.RunReaped()
+	m.LivenessRenewed()
 	ready := true
 	m.SetReadyCheck(func() bool { return ready })
 
@@ -66,6 +67,7 @@ func TestNames(t *testing.T) {
 		{"wsgateway_conversation_limit_refusals_total", "max_socket_turns", 0},
 		{"wsgateway_conversation_limit_refusals_total", "max_principal_sockets", 0},
 		{"wsgateway_jetstream_runs_reaped_total", "", 1},
+		{"wsgateway_jetstream_liveness_renewals_total", "", 1},
 		{"wsgateway_jetstream_ready", "", 1},
 	}
 	for _, tt := range tests {

@@ -28,6 +28,9 @@ const (
 )
 
 // maxReplicas is the largest replica count JetStream accepts for a stream.
+// maxStreams bounds --streams (as the run log does).
+const maxStreams = 64
+
 const maxReplicas = 5
 
 // serveConfig is the validated command line of `wsgateway serve`.
@@ -40,6 +43,7 @@ type serveConfig struct {
 	natsTLSCert  string
 	natsTLSKey   string
 	replicas     int
+	streams      int
 	agent        string
 	agentURL     string
 	heartbeat    time.Duration
@@ -173,6 +177,14 @@ var serveFlags = []serveFlag{
 			return fmt.Errorf("want an integer from 1 to %d", maxReplicas)
 		}
 		c.replicas = n
+		return nil
+	}},
+	{"streams", "1", "JetStream streams new runs are spread over by a hash of their runId (1 to 64), so that a cluster spreads their leaders and writes over its nodes; a run stays on the stream it was created on, so changing it between restarts loses no run", func(c *serveConfig, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxStreams {
+			return fmt.Errorf("want an integer from 1 to %d", maxStreams)
+		}
+		c.streams = n
 		return nil
 	}},
 	{"agent", agentDemo, "the agent that answers: demo (built in), agui (an AG-UI server over HTTP, --agent-url) or openai (a Chat Completions server, --agent-url and --agent-model)", func(c *serveConfig, v string) error {

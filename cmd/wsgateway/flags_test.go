@@ -33,6 +33,7 @@ func TestParseServeDefaults(t *testing.T) {
 		addr:         "127.0.0.1:8080",
 		dataDir:      "./data",
 		replicas:     1,
+		streams:      1,
 		agent:        "demo",
 		heartbeat:    30 * time.Second,
 		idleTimeout:  5 * time.Minute,

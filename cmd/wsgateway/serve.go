@@ -167,13 +167,14 @@ func (g *gateway) openStore(ctx context.Context) error {
 		TLSKey:    cfg.natsTLSKey,
 		DataDir:   cfg.dataDir,
 		Replicas:  cfg.replicas,
+		Streams:   cfg.streams,
 		Retention: cfg.retention,
 		LeaseTTL:  cfg.leaseTTL,
 		Logger:    g.log,
 		// The bounds of what waits to be stored (docs/SECURITY.md).
 		MaxRunBacklog: cfg.maxRunBacklog,
 		MaxBacklog:    cfg.maxBacklog,
-		Metrics:       &jetstream.Metrics{RunReaped: g.m.RunReaped},
+		Metrics:       &jetstream.Metrics{RunReaped: g.m.RunReaped, LivenessRenewed: g.m.LivenessRenewed},
 	})
 	if err != nil {
 		return fmt.Errorf("open the run log: %w", err)
@@ -383,8 +384,8 @@ func (g *gateway) shutdown(ctx context.Context, served <-chan error) error {
 	select {
 	case err := <-closed:
 		if err != nil {
-			// The leases not released expire by themselves: the logs are reaped a lease
-			// TTL later. Nothing is lost, so the exit status stays that of the shutdown.
+			// The liveness key not deleted expires by itself: the logs left open are reaped
+			// a lease TTL later. Nothing is lost, so the exit status stays that of the shutdown.
 			log.Warn("closing the run log: leases left to expire", keyErr, err)
 		}
 	case <-closeBound:
