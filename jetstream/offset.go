@@ -29,16 +29,19 @@ func liveKey(owner string) string {
 	return "live." + keyEncoding.EncodeToString(h[:])
 }
 
-// logKey names a run's subject. It is injective in (principal, runID) up to SHA-256 collisions:
-// the principal is length-delimited, so no two pairs hash the same input, and any bytes of
-// either map to 52 subject-safe characters.
-func logKey(principal, runID string) string {
+// logKey names a run's subject.
+func logKey(principal, runID string) string { return pairKey("log", principal, runID) }
+
+// pairKey hashes (principal, id) in the domain kind. It is injective in the pair up to SHA-256
+// collisions: the principal is length-delimited, so no two pairs hash the same input, and any
+// bytes of either map to 52 subject-safe characters.
+func pairKey(kind, principal, id string) string {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
-	h.Write([]byte("log\x00"))
+	h.Write([]byte(kind + "\x00"))
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(principal)))])
 	h.Write([]byte(principal))
-	h.Write([]byte(runID))
+	h.Write([]byte(id))
 	return keyEncoding.EncodeToString(h.Sum(nil))
 }
 

@@ -1,8 +1,6 @@
 package jetstream
 
 import (
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"sync"
@@ -27,13 +25,7 @@ const hdrThread = "Wsg-Thread"
 // length-delimited pair, so neither travels and two principals never share a thread. It is
 // a valid subject token.
 func (s *Store) ThreadKey(principal, threadID string) string {
-	h := sha256.New()
-	var n [binary.MaxVarintLen64]byte
-	h.Write([]byte("thread\x00"))
-	h.Write(n[:binary.PutUvarint(n[:], uint64(len(principal)))])
-	h.Write([]byte(principal))
-	h.Write([]byte(threadID))
-	return keyEncoding.EncodeToString(h.Sum(nil))
+	return pairKey("thread", principal, threadID)
 }
 
 // threadSubject is the subject of the announcements of the thread key.
