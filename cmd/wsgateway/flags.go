@@ -171,22 +171,8 @@ var serveFlags = []serveFlag{
 	{"nats-tls-ca", "", "PEM file of a CA to trust for NATS TLS (with --nats-url)", stringSetter(func(c *serveConfig) *string { return &c.natsTLSCA })},
 	{"nats-tls-cert", "", "PEM client certificate for NATS TLS (with --nats-tls-key)", stringSetter(func(c *serveConfig) *string { return &c.natsTLSCert })},
 	{"nats-tls-key", "", "PEM client key for NATS TLS (with --nats-tls-cert)", stringSetter(func(c *serveConfig) *string { return &c.natsTLSKey })},
-	{"replicas", "1", "replicas of the run-log stream and its buckets (1 to 5; more than 1 needs a NATS cluster)", func(c *serveConfig, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxReplicas {
-			return fmt.Errorf("want an integer from 1 to %d", maxReplicas)
-		}
-		c.replicas = n
-		return nil
-	}},
-	{"streams", "1", "JetStream streams new runs are spread over by a hash of their runId (1 to 64), so that a cluster spreads their leaders and writes over its nodes; a run stays on the stream it was created on, so changing it between restarts loses no run", func(c *serveConfig, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxStreams {
-			return fmt.Errorf("want an integer from 1 to %d", maxStreams)
-		}
-		c.streams = n
-		return nil
-	}},
+	{"replicas", "1", "replicas of the run-log stream and its buckets (1 to 5; more than 1 needs a NATS cluster)", intRange(maxReplicas, func(c *serveConfig) *int { return &c.replicas })},
+	{"streams", "1", "JetStream streams new runs are spread over by a hash of their runId (1 to 64), so that a cluster spreads their leaders and writes over its nodes; a run stays on the stream it was created on, so changing it between restarts loses no run", intRange(maxStreams, func(c *serveConfig) *int { return &c.streams })},
 	{"agent", agentDemo, "the agent that answers: demo (built in), agui (an AG-UI server over HTTP, --agent-url) or openai (a Chat Completions server, --agent-url and --agent-model)", func(c *serveConfig, v string) error {
 		switch v {
 		case agentDemo, agentAGUI, agentOpenAI:
@@ -350,6 +336,18 @@ func positiveInt(field func(*serveConfig) *int) func(*serveConfig, string) error
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			return fmt.Errorf("want a positive integer")
+		}
+		*field(c) = n
+		return nil
+	}
+}
+
+// intRange parses an integer from 1 to max.
+func intRange(max int, field func(*serveConfig) *int) func(*serveConfig, string) error {
+	return func(c *serveConfig, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > max {
+			return fmt.Errorf("want an integer from 1 to %d", max)
 		}
 		*field(c) = n
 		return nil
