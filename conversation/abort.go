@@ -38,16 +38,24 @@ const (
 func (s *Server) AbortHandler() http.Handler { return http.HandlerFunc(s.serveAbort) }
 
 func (s *Server) serveAbort(w http.ResponseWriter, r *http.Request) {
+	if principal, ok := s.admitJSON(w, r); ok {
+		s.answerAbort(w, r, principal, r.PathValue("runId"))
+	}
+}
+
+// admitJSON returns the principal of a request to a JSON endpoint whose origin is allowed,
+// or answers 401 or 403 and false.
+func (s *Server) admitJSON(w http.ResponseWriter, r *http.Request) (string, bool) {
 	principal, _, err := s.identify(r)
 	if err != nil {
 		writeJSONError(w, http.StatusUnauthorized, "unauthorized")
-		return
+		return "", false
 	}
 	if !s.originAllowed(r) {
 		writeJSONError(w, http.StatusForbidden, "origin not allowed")
-		return
+		return "", false
 	}
-	s.answerAbort(w, r, principal, r.PathValue("runId"))
+	return principal, true
 }
 
 // answerAbort stops the principal's run of runID and answers its outcome (AbortHandler).

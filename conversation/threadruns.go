@@ -33,13 +33,8 @@ func (s *Server) ThreadRunsHandler(joinPath string) http.Handler {
 }
 
 func (s *Server) serveThreadRun(w http.ResponseWriter, r *http.Request, joinPath string) {
-	principal, _, err := s.identify(r)
-	if err != nil {
-		writeJSONError(w, http.StatusUnauthorized, "unauthorized")
-		return
-	}
-	if !s.originAllowed(r) {
-		writeJSONError(w, http.StatusForbidden, "origin not allowed")
+	principal, ok := s.admitJSON(w, r)
+	if !ok {
 		return
 	}
 	if !s.hold(principal) {
