@@ -9,6 +9,7 @@
 //	wsbench centrifugo [flags]      a catch-up from Centrifugo's channel history, beside the
 //	                                gateway's replay (bench/run shortcatchup)
 //	wsbench table RESULTS_DIR       the side-by-side table of bench/run's JSON results
+//	wsbench delay-proxy [flags]     a TCP proxy adding a delay each way (NATS far away)
 //
 // A load run opens --sockets conversation sockets (from --source-ips loopback addresses, so
 // ten thousand sockets do not exhaust one address's ephemeral ports), lets them sit idle for
@@ -72,8 +73,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return centrifugoMain(ctx, args[1:], stdout, stderr)
 		case "table":
 			return tableMain(args[1:], stdout, stderr)
+		case "delay-proxy":
+			return delayProxyMain(ctx, args[1:], stdout, stderr)
 		case "help", "-h", "--help":
-			fmt.Fprintln(stderr, "usage: wsbench [flags] | wsbench raw-jetstream [flags] | wsbench raw-websocket [flags] | wsbench centrifugo [flags] | wsbench table DIR")
+			fmt.Fprintln(stderr, "usage: wsbench [flags] | wsbench raw-jetstream [flags] | wsbench raw-websocket [flags] | wsbench centrifugo [flags] | wsbench table DIR | wsbench delay-proxy [flags]")
 			fmt.Fprintln(stderr, "run a subcommand with -h for its flags")
 			return 0
 		}
