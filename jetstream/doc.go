@@ -65,8 +65,9 @@
 //     caller's.
 //   - Liveness costs one write per store and period, whatever its number of runs: a run's
 //     lease, written once by Create, names its store's liveness key ("live.<hash of the
-//     owner>" in the lease bucket), a timestamp the store renews every LeaseTTL/5 (not a
-//     KV TTL, which would not survive a leader change); the lease expires with that key.
+//     owner>" in the lease bucket), a timestamp the store renews every LeaseTTL/5 on a NATS
+//     connection of its own, which appends cannot hold up (not a KV TTL, which would not
+//     survive a leader change); the lease expires with that key.
 //     Every reaper watches the lease bucket and every ReapInterval, for leases whose key
 //     expired, first declares the key's store dead by a compare-and-set on the key at the
 //     revision it saw expire (a renewal its watcher has not shown yet wins), then claims

@@ -71,7 +71,8 @@ func TestLivenessCostsPerStore(t *testing.T) {
 		}
 	}
 
-	b.nc.Close() // the process dies: no renewal, no release, no close
+	b.lnc.Close() // the process dies: no renewal, no release, no close
+	b.nc.Close()
 	died := time.Now()
 	deadline := died.Add(cfg.LeaseTTL + 15*time.Second)
 	for i := range runs {

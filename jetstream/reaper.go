@@ -46,7 +46,7 @@ func (s *Store) renewLoop() {
 
 // renewLive writes the store's liveness key with a new expiry.
 func (s *Store) renewLive(ctx context.Context) error {
-	_, err := s.leases.Put(ctx, s.liveKey, mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli()}))
+	_, err := s.live.Put(ctx, s.liveKey, mustJSON(lease{Owner: s.cfg.Owner, Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli()}))
 	if err != nil {
 		s.jsFailed()
 		return err

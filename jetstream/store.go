@@ -242,6 +242,10 @@ type Store struct {
 	// leases name (lease.Live) and renewLoop renews; kick wakes renewLoop for releases.
 	liveKey string
 	kick    chan struct{}
+	// lnc is the connection renewLoop renews the liveness key on, through live (the lease
+	// bucket on it).
+	lnc  *nats.Conn
+	live natsjs.KeyValue
 	// creates bounds the readers' consumer creations in flight (maxCreates).
 	creates chan struct{}
 
@@ -306,6 +310,9 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if s.nc != nil {
 			s.nc.Close()
 		}
+		if s.lnc != nil {
+			s.lnc.Close()
+		}
 		if s.ns != nil {
 			s.ns.Shutdown()
 			s.ns.WaitForShutdown()
@@ -339,6 +346,18 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	s.spreadLeaders(ctx)
+	// The liveness key is renewed on a connection of its own: a data connection busy with
+	// appends (or far away and full) must not delay the renewals of a live store.
+	if s.lnc, err = nats.Connect(url, append(opts, nats.Name("wsgateway "+cfg.Owner+" liveness"))...); err != nil {
+		return fail(err)
+	}
+	ljs, err := natsjs.New(s.lnc)
+	if err == nil {
+		s.live, err = ljs.KeyValue(ctx, s.cfg.LeaseBucket)
+	}
+	if err != nil {
+		return fail(fmt.Errorf("liveness connection: %w", err))
+	}
 	// The liveness key exists before any lease names it: a reaper takes a lease whose
 	// liveness key is missing for one whose store is gone.
 	if err := s.renewLive(ctx); err != nil {
@@ -486,9 +505,10 @@ func (s *Store) Close() error {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := s.leases.Delete(ctx, s.liveKey); err != nil {
+		if err := s.live.Delete(ctx, s.liveKey); err != nil {
 			s.closeErr = fmt.Errorf("jetstream: delete the liveness key: %w", err)
 		}
+		s.lnc.Close()
 		s.nc.Close()
 		if s.ns != nil {
 			s.ns.Shutdown()
