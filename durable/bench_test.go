@@ -2,6 +2,7 @@ package durable
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -21,12 +22,7 @@ import (
 func BenchmarkAppend(b *testing.B) {
 	gw := gateways(b, 1, Config{})
 	h := handlerOf(gw[0])
-	var elems []string
-	for i := range 32 {
-		head := fmt.Sprintf(`{"p":0,"i":%d,"pad":"`, i)
-		elems = append(elems, head+strings.Repeat("x", 1024-len(head)-2)+`"}`)
-	}
-	body := []byte("[" + strings.Join(elems, ",") + "]")
+	body := benchBody()
 	var producers atomic.Int64
 	b.SetBytes(int64(len(body)))
 	b.ReportAllocs()
@@ -67,4 +63,39 @@ func cpuTime(tb testing.TB) time.Duration {
 		tb.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// benchBody is dsbench append's POST body: a JSON array of 32 objects of 1 KiB.
+func benchBody() []byte {
+	var elems []string
+	for i := range 32 {
+		head := fmt.Sprintf(`{"p":0,"i":%d,"pad":"`, i)
+		elems = append(elems, head+strings.Repeat("x", 1024-len(head)-2)+`"}`)
+	}
+	return []byte("[" + strings.Join(elems, ",") + "]")
+}
+
+// BenchmarkCompactJSON compacts and validates benchBody with compactJSON and, for
+// comparison, with json.Compact.
+func BenchmarkCompactJSON(b *testing.B) {
+	body := benchBody()
+	out := make([]byte, 0, len(body))
+	b.Run("compactJSON", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if _, ok := compactJSON(out[:0], body); !ok {
+				b.Fatal("refused")
+			}
+		}
+	})
+	b.Run("json.Compact", func(b *testing.B) {
+		b.SetBytes(int64(len(body)))
+		buf := bytes.NewBuffer(out)
+		for b.Loop() {
+			buf.Reset()
+			if err := json.Compact(buf, body); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 }

@@ -290,16 +290,16 @@ func (h *Handler) body(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer
 	return buf.Bytes(), err
 }
 
-// jsonBody returns a JSON-mode body in stored form, written to out: one value, or an array's
-// elements, compacted and joined by commas. An empty array is refused unless allowEmpty. It
-// is one pass over the body: compacting validates, and the compacted array less its brackets
-// is its elements joined by commas.
+// jsonBody returns a JSON-mode body in stored form, written in out's storage: one value, or
+// an array's elements, compacted and joined by commas. An empty array is refused unless
+// allowEmpty. It is one pass over the body: compacting validates, and the compacted array
+// less its brackets is its elements joined by commas.
 func jsonBody(b []byte, allowEmpty bool, out *bytes.Buffer) ([]byte, error) {
 	out.Grow(len(b))
-	if err := json.Compact(out, b); err != nil {
+	c, ok := compactJSON(out.AvailableBuffer(), b)
+	if !ok {
 		return nil, badRequest("invalid JSON")
 	}
-	c := out.Bytes()
 	if c[0] == '[' {
 		c = c[1 : len(c)-1]
 	}
