@@ -3,7 +3,6 @@ package durable
 import (
 	"bytes"
 	"encoding/json"
-	"strings"
 	"testing"
 )
 
@@ -43,31 +42,6 @@ func FuzzJSONBody(f *testing.F) {
 		}
 		if len(got) != want {
 			t.Fatalf("jsonBody(%q) stores %d values, want %d", b, len(got), want)
-		}
-	})
-}
-
-// FuzzCompactJSON: compactJSON accepts what json.Compact accepts and writes the same bytes.
-func FuzzCompactJSON(f *testing.F) {
-	for _, s := range []string{`{"a":1}`, ` [1, 2.5e-3 , -0, "x\"\\\/\b\f\n\r\t\u00e9y"] `, `[]`, `{ }`, `"\u12"`,
-		`01`, `1.`, `-`, `1e`, `1E+2`, `tru`, `nulls`, `[1,]`, `{"a" 1}`, `{"a":1,}`, "\"\x01\"", "\"\xff\"",
-		`[[[[]]]]`, `{"a":{"b":[true,false,null]}}`, "\t\n\r 7 \n", ``, ` `, `"a" "b"`} {
-		f.Add([]byte(s))
-	}
-	f.Add([]byte(strings.Repeat("[", maxDepth) + strings.Repeat("]", maxDepth)))
-	f.Add([]byte(strings.Repeat("[", maxDepth+1) + strings.Repeat("]", maxDepth+1)))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		got, ok := compactJSON([]byte("prefix"), b)
-		var want bytes.Buffer
-		err := json.Compact(&want, b)
-		if ok != (err == nil) {
-			t.Fatalf("compactJSON(%q) ok = %v, json.Compact: %v", b, ok, err)
-		}
-		if ok && string(got) != "prefix"+want.String() {
-			t.Fatalf("compactJSON(%q) = %q, json.Compact writes %q", b, got[6:], want.Bytes())
-		}
-		if !ok && string(got) != "prefix" {
-			t.Fatalf("compactJSON(%q) refused but wrote %q", b, got)
 		}
 	})
 }

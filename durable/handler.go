@@ -19,6 +19,7 @@ import (
 
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/wsgateway/wsgateway/internal/jsoncompact"
 )
 
 // Config configures a Handler. Zero fields mean the documented defaults.
@@ -296,7 +297,7 @@ func (h *Handler) body(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer
 // less its brackets is its elements joined by commas.
 func jsonBody(b []byte, allowEmpty bool, out *bytes.Buffer) ([]byte, error) {
 	out.Grow(len(b))
-	c, ok := compactJSON(out.AvailableBuffer(), b)
+	c, ok := jsoncompact.Append(out.AvailableBuffer(), b)
 	if !ok {
 		return nil, badRequest("invalid JSON")
 	}

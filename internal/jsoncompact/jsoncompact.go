@@ -1,15 +1,18 @@
-package durable
+// Package jsoncompact validates and compacts JSON text in one pass: it decides and writes
+// what encoding/json's Compact does, several times faster on long strings, which
+// json.Compact's scanner takes a function call per byte for. The AG-UI event decoder and
+// the Durable Streams JSON-mode appends both run every body through it.
+package jsoncompact
 
-// maxDepth is the deepest nesting of arrays and objects compactJSON accepts, as
-// encoding/json.
-const maxDepth = 10000
+// MaxDepth is the deepest nesting of arrays and objects Append accepts, as encoding/json.
+const MaxDepth = 10000
 
-// compactJSON appends to dst the JSON text src without its insignificant whitespace and
-// reports whether src is one valid JSON value. It decides and writes what json.Compact does
-// (strings are not checked for valid UTF-8, nor escaped for HTML), in one pass that copies
-// runs of bytes and skips through strings a byte per step: JSON-mode appends are mostly
-// long strings, which json.Compact's scanner takes a function call per byte for.
-func compactJSON(dst, src []byte) ([]byte, bool) {
+// Append appends to dst the JSON text src without its insignificant whitespace and reports
+// whether src is exactly one valid JSON value; when it is not, dst is returned as it was
+// given. It accepts and writes what json.Compact does: strings are not checked for valid
+// UTF-8 (bytes from 0x80 up pass through as they are), nor escaped for HTML. It makes one
+// pass that copies runs of bytes and skips through strings a byte per step.
+func Append(dst, src []byte) ([]byte, bool) {
 	c := compactor{src: src, dst: dst}
 	c.space()
 	if !c.value(0) {
@@ -23,7 +26,7 @@ func compactJSON(dst, src []byte) ([]byte, bool) {
 	return c.dst, true
 }
 
-// compactor is compactJSON's state: src[run:i] is scanned and not copied to dst yet.
+// compactor is Append's state: src[run:i] is scanned and not copied to dst yet.
 type compactor struct {
 	src, dst []byte
 	i, run   int
@@ -81,7 +84,7 @@ func (c *compactor) value(depth int) bool {
 
 // container scans an object (keyed) or an array from its opening byte to end.
 func (c *compactor) container(depth int, end byte, keyed bool) bool {
-	if depth >= maxDepth {
+	if depth >= MaxDepth {
 		return false
 	}
 	c.i++
