@@ -1,6 +1,7 @@
 package durable
 
 import (
+	"bytes"
 	"encoding/json"
 	"testing"
 )
@@ -25,7 +26,7 @@ func FuzzJSONBody(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		out, err := jsonBody(b, false)
+		out, err := jsonBody(b, false, new(bytes.Buffer))
 		if err != nil {
 			return
 		}

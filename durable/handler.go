@@ -19,6 +19,7 @@ import (
 
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"github.com/wsgateway/wsgateway/internal/jsoncompact"
 )
 
 // Config configures a Handler. Zero fields mean the documented defaults.
@@ -259,43 +260,57 @@ var (
 	mediaPattern  = regexp.MustCompile(`^[\w-]+/[\w.+-]+`)
 )
 
-// body reads a request body within the limit.
-func (h *Handler) body(w http.ResponseWriter, r *http.Request) ([]byte, error) {
+// buffers recycles the buffers a PUT or POST body is read and compacted into: a publish
+// copies its message into the NATS connection's buffer, so they are free once the request
+// is answered (two large allocations less per append: about a tenth of its CPU,
+// BenchmarkAppend).
+var buffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooled bounds the capacity of a buffer kept for reuse.
+const maxPooled = 2 << 20
+
+// getBuffer returns an empty buffer; putBuffer gives it back once nothing refers to its bytes.
+func getBuffer() *bytes.Buffer { return buffers.Get().(*bytes.Buffer) }
+
+func putBuffer(b *bytes.Buffer) {
+	if b.Cap() <= maxPooled {
+		b.Reset()
+		buffers.Put(b)
+	}
+}
+
+// body reads a request body within the limit into buf, grown to its announced length.
+func (h *Handler) body(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) ([]byte, error) {
 	if r.ContentLength > h.cfg.MaxBodyBytes {
 		return nil, &http.MaxBytesError{Limit: h.cfg.MaxBodyBytes}
 	}
-	return io.ReadAll(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, h.cfg.MaxBodyBytes))
+	return buf.Bytes(), err
 }
 
-// jsonBody returns a JSON-mode body in stored form: one value, or an array's elements,
-// compacted and joined by commas. An empty array is refused unless allowEmpty.
-func jsonBody(b []byte, allowEmpty bool) ([]byte, error) {
-	b = bytes.TrimSpace(b)
-	if !json.Valid(b) {
+// jsonBody returns a JSON-mode body in stored form, written in out's storage: one value, or
+// an array's elements, compacted and joined by commas. An empty array is refused unless
+// allowEmpty. It is one pass over the body: compacting validates, and the compacted array
+// less its brackets is its elements joined by commas.
+func jsonBody(b []byte, allowEmpty bool, out *bytes.Buffer) ([]byte, error) {
+	out.Grow(len(b))
+	c, ok := jsoncompact.Append(out.AvailableBuffer(), b)
+	if !ok {
 		return nil, badRequest("invalid JSON")
 	}
-	var elems []json.RawMessage
-	if b[0] != '[' {
-		elems = []json.RawMessage{b}
-	} else if err := json.Unmarshal(b, &elems); err != nil {
-		return nil, badRequest("invalid JSON")
+	if c[0] == '[' {
+		c = c[1 : len(c)-1]
 	}
-	if len(elems) == 0 {
+	if len(c) == 0 {
 		if allowEmpty {
 			return nil, nil
 		}
 		return nil, badRequest("empty arrays are not allowed")
 	}
-	var out bytes.Buffer
-	for i, e := range elems {
-		if i > 0 {
-			out.WriteByte(',')
-		}
-		if err := json.Compact(&out, e); err != nil {
-			return nil, badRequest("invalid JSON")
-		}
-	}
-	return out.Bytes(), nil
+	return c, nil
 }
 
 func (h *Handler) create(w http.ResponseWriter, r *http.Request, principal, name string) {
@@ -361,7 +376,10 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, principal, name
 			return
 		}
 	}
-	body, err := h.body(w, r)
+	raw, compact := getBuffer(), getBuffer()
+	defer putBuffer(raw)
+	defer putBuffer(compact)
+	body, err := h.body(w, r, raw)
 	if err != nil {
 		h.fail(w, err)
 		return
@@ -374,7 +392,7 @@ func (h *Handler) create(w http.ResponseWriter, r *http.Request, principal, name
 			}
 		}
 		if isJSON(ct) {
-			if body, err = jsonBody(body, true); err != nil {
+			if body, err = jsonBody(body, true, compact); err != nil {
 				h.fail(w, err)
 				return
 			}
@@ -437,7 +455,10 @@ func (h *Handler) append(w http.ResponseWriter, r *http.Request, principal, name
 		}
 		q.Producer = &producerTuple{ID: id[0], Epoch: e, Seq: s}
 	}
-	body, err := h.body(w, r)
+	raw, compact := getBuffer(), getBuffer()
+	defer putBuffer(raw)
+	defer putBuffer(compact)
+	body, err := h.body(w, r, raw)
 	if err != nil {
 		h.fail(w, err)
 		return
@@ -452,7 +473,7 @@ func (h *Handler) append(w http.ResponseWriter, r *http.Request, principal, name
 			return
 		}
 		if isJSON(q.ContentType) {
-			if body, err = jsonBody(body, false); err != nil {
+			if body, err = jsonBody(body, false, compact); err != nil {
 				h.fail(w, err)
 				return
 			}

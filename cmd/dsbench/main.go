@@ -16,6 +16,10 @@
 // until the control event that says upToDate, and the report gives the messages (JSON values)
 // read per second. Every message must arrive exactly once.
 //
+// With --pid, the server's process id, both report the server's CPU time (user and system,
+// from /proc/<pid>/stat) per message over the load (append) or the read (sse): steadier than
+// any rate on a shared machine.
+//
 // The output is one JSON object on stdout. Exit status: 0 on success, 1 when the run found an
 // error, 2 for a bad command line.
 package main
@@ -63,13 +67,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	shared := fs.Bool("shared", false, "append: all producers on one stream")
 	messages := fs.Int("messages", 100000, "sse: messages in the stream")
 	fillClients := fs.Int("fill-clients", 32, "sse: clients filling the stream at once")
+	pid := fs.Int("pid", 0, "the server's process id, to report its CPU time per message")
 	if err := fs.Parse(args[1:]); err != nil {
 		return 2
 	}
 	if *name == "" {
 		*name = fmt.Sprintf("dsbench-%d", time.Now().UnixNano())
 	}
-	b := &bench{base: strings.TrimSuffix(*base, "/"), client: &http.Client{Transport: &http.Transport{
+	b := &bench{base: strings.TrimSuffix(*base, "/"), pid: *pid, client: &http.Client{Transport: &http.Transport{
 		MaxIdleConnsPerHost: 256, DisableCompression: true}}}
 	var res any
 	var err error
@@ -89,7 +94,39 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 type bench struct {
 	base   string
+	pid    int // the server's, 0: unknown
 	client *http.Client
+}
+
+// cpu returns the server's user and system CPU time from /proc/<pid>/stat, 0 without --pid.
+func (b *bench) cpu() (time.Duration, error) {
+	if b.pid == 0 {
+		return 0, nil
+	}
+	raw, err := os.ReadFile("/proc/" + strconv.Itoa(b.pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) may hold spaces: count the fields after its parenthesis.
+	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
+	if len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", b.pid, len(f))
+	}
+	utime, _ := strconv.ParseInt(f[11], 10, 64)
+	stime, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(utime+stime) * time.Second / clockTicks, nil
+}
+
+// clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).
+const clockTicks = 100
+
+// cpuPerMessage returns the server's CPU microseconds per message since cpu0, or 0.
+func (b *bench) cpuPerMessage(cpu0 time.Duration, messages int64) (float64, error) {
+	cpu1, err := b.cpu()
+	if err != nil || b.pid == 0 || messages == 0 {
+		return 0, err
+	}
+	return float64((cpu1 - cpu0).Microseconds()) / float64(messages), nil
 }
 
 // do sends one request and returns its status, headers and body.
@@ -137,6 +174,7 @@ type appendResult struct {
 	RequestsPS  float64 `json:"requests_per_s"`
 	P50Millis   float64 `json:"p50_ms"`
 	P99Millis   float64 `json:"p99_ms"`
+	CPUMicros   float64 `json:"server_cpu_us_per_msg,omitempty"`
 	Errors      int64   `json:"errors"`
 	FirstError  string  `json:"first_error,omitempty"`
 	StoredCheck string  `json:"stored_check,omitempty"`
@@ -163,6 +201,10 @@ func (b *bench) appendLoad(ctx context.Context, name string, producers, batch, m
 			firstErr = err
 		}
 		mu.Unlock()
+	}
+	cpu0, err := b.cpu()
+	if err != nil {
+		return res, err
 	}
 	lctx, cancel := context.WithTimeout(ctx, d)
 	defer cancel()
@@ -210,6 +252,9 @@ func (b *bench) appendLoad(ctx context.Context, name string, producers, batch, m
 	res.MessagesPS = float64(res.Messages) / el
 	res.RequestsPS = float64(res.Requests) / el
 	res.Errors = errs.Load()
+	if res.CPUMicros, err = b.cpuPerMessage(cpu0, res.Messages); err != nil {
+		return res, err
+	}
 	slices.Sort(lat)
 	if len(lat) > 0 {
 		res.P50Millis = float64(lat[len(lat)/2].Microseconds()) / 1000
@@ -237,6 +282,7 @@ type sseResult struct {
 	DataEvents   int     `json:"data_events"`
 	MessagesPS   float64 `json:"messages_per_s"`
 	MiBPS        float64 `json:"mib_per_s"`
+	CPUMicros    float64 `json:"server_cpu_us_per_msg,omitempty"` // over the read
 }
 
 func (b *bench) sseCatchUp(ctx context.Context, name string, messages, msgBytes, clients int) (sseResult, error) {
@@ -280,6 +326,10 @@ func (b *bench) sseCatchUp(ctx context.Context, name string, messages, msgBytes,
 	rctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
 	req, _ := http.NewRequestWithContext(rctx, "GET", url+"?offset=-1&live=sse", nil)
+	cpu0, err := b.cpu()
+	if err != nil {
+		return res, err
+	}
 	start = time.Now()
 	resp, err := b.client.Do(req)
 	if err != nil {
@@ -323,7 +373,8 @@ func (b *bench) sseCatchUp(ctx context.Context, name string, messages, msgBytes,
 				res.ReadSeconds = time.Since(start).Seconds()
 				res.MessagesPS = float64(res.MessagesRead) / res.ReadSeconds
 				res.MiBPS = float64(bytesRead) / res.ReadSeconds / (1 << 20)
-				return res, nil
+				res.CPUMicros, err = b.cpuPerMessage(cpu0, int64(res.MessagesRead))
+				return res, err
 			}
 			event, data = "", data[:0]
 		}
