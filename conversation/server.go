@@ -65,6 +65,10 @@ const (
 type Config struct {
 	Store Store
 	Agent turn.Agent
+	// Threads, if set, keeps every run's thread (a run frame's threadId): hydrates on the
+	// HTTP transports' GET ?threadId=, and ThreadsHandler. nil: no threads (a hydrate
+	// answers an empty thread).
+	Threads Threads
 	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
 	// every request is DefaultPrincipal.
 	Principal func(r *http.Request) (string, error)

@@ -225,13 +225,17 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		log.Warn("creating run log", slog.String(keyErr, err.Error()))
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
+	var tlog turn.Log = runLog
+	if srv.cfg.Threads != nil && req.in.ThreadID != "" {
+		tlog = srv.newThreadLog(runLog, s.key.principal, req.in, log)
+	}
 	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened
 	srv.turns.mu.Unlock()
 	t, err := turn.Start(turn.Config{
 		Input:        req.in,
 		Agent:        srv.cfg.Agent,
-		Log:          runLog,
+		Log:          tlog,
 		Sink:         req.sink,
 		Logger:       log,
 		Metrics:      srv.cfg.Metrics,
@@ -243,7 +247,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	})
 	if err != nil {
 		log.Error("starting turn", slog.String(keyErr, err.Error()))
-		runLog.Close(context.WithoutCancel(srv.ctx))
+		tlog.Close(context.WithoutCancel(srv.ctx))
 		srv.turns.end(s)
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}

@@ -160,16 +160,17 @@ func (g *gateway) openStore(ctx context.Context) error {
 	g.m = metrics.New(g.reg)
 	cfg := g.cfg
 	store, err := jetstream.Open(ctx, jetstream.Config{
-		URLs:      strings.Join(cfg.natsURLs, ","),
-		CredsFile: cfg.natsCreds,
-		TLSCA:     cfg.natsTLSCA,
-		TLSCert:   cfg.natsTLSCert,
-		TLSKey:    cfg.natsTLSKey,
-		DataDir:   cfg.dataDir,
-		Replicas:  cfg.replicas,
-		Retention: cfg.retention,
-		LeaseTTL:  cfg.leaseTTL,
-		Logger:    g.log,
+		URLs:            strings.Join(cfg.natsURLs, ","),
+		CredsFile:       cfg.natsCreds,
+		TLSCA:           cfg.natsTLSCA,
+		TLSCert:         cfg.natsTLSCert,
+		TLSKey:          cfg.natsTLSKey,
+		DataDir:         cfg.dataDir,
+		Replicas:        cfg.replicas,
+		Retention:       cfg.retention,
+		ThreadRetention: cfg.threadRetention,
+		LeaseTTL:        cfg.leaseTTL,
+		Logger:          g.log,
 		// The bounds of what waits to be stored (docs/SECURITY.md).
 		MaxRunBacklog: cfg.maxRunBacklog,
 		MaxBacklog:    cfg.maxBacklog,
@@ -217,6 +218,7 @@ func (g *gateway) build(ctx context.Context) error {
 		EarlyAborts:    cfg.earlyAborts,
 		EarlyAbortTTL:  cfg.earlyAbortTTL,
 		Store:          g.store,
+		Threads:        g.store,
 		Agent:          agent,
 		TurnLimits:     runLimits(cfg),
 		TurnContext:    clientHeaders(cfg.agentForward),
@@ -267,6 +269,8 @@ func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (str
 	mux := http.NewServeMux()
 	mux.Handle("GET /ws", conv)
 	mux.Handle("POST /api/runs/{runId}/abort", conv.AbortHandler())
+	mux.Handle("GET /api/threads", conv.ThreadsHandler())
+	mux.Handle("DELETE /api/threads/{threadId}", conv.ThreadsHandler())
 	for path, framing := range map[string]conversation.Framing{cfg.chatPath: conversation.SSE, cfg.ndjsonPath: conversation.NDJSON, cfg.aguiPath: conversation.AGUI} {
 		if path != "" { // the HTTP transports (PROTOCOL.md sections 5 and 6)
 			for _, method := range []string{"POST ", "GET ", "DELETE "} {
