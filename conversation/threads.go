@@ -36,38 +36,31 @@ type Threads interface {
 // threadTimeout bounds a thread update of a turn's start or end, and a hydrate's reads.
 const threadTimeout = 10 * time.Second
 
-// threadLog is a run's log that records the run in its thread: it starts recording the run
-// as accepted beside the turn's start (so that the turn's first event does not wait for it),
-// and finishes the run in its thread before the log closes, so that a hydrate which no
-// longer reports the run as active has its final messages. A log that failed is left to
-// whoever ends it (the reaper, a resubmit). A failed thread update is logged: the turn goes
-// on, and its thread does not show it.
+// threadLog is a run's log that records the run in its thread: as accepted before the turn
+// starts (so that a hydrate from the run's first event on reports it), and finished before
+// the log closes (so that a hydrate which no longer reports the run as active has its final
+// messages). A log that failed is left to whoever ends it (the reaper, a resubmit). A failed
+// thread update is logged: the turn goes on, and its thread does not show it.
 type threadLog struct {
 	*jetstream.Writer
 	srv                        *Server
 	principal, threadID, runID string
 	log                        *slog.Logger
-	accepted                   chan struct{} // closed once the run is recorded as accepted
 }
 
-// newThreadLog returns w recording the run of in in its thread.
+// newThreadLog records the run of in as accepted in its thread and returns w recording its
+// end.
 func (srv *Server) newThreadLog(w *jetstream.Writer, principal string, in *protocol.RunAgentInput, log *slog.Logger) *threadLog {
-	l := &threadLog{Writer: w, srv: srv, principal: principal, threadID: in.ThreadID, runID: in.RunID, log: log,
-		accepted: make(chan struct{})}
-	go func() {
-		defer close(l.accepted)
-		ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
-		defer cancel()
-		if err := srv.cfg.Threads.AcceptRun(ctx, principal, in.ThreadID, in.RunID, in.JSON()); err != nil {
-			log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
-		}
-	}()
-	return l
+	ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
+	defer cancel()
+	if err := srv.cfg.Threads.AcceptRun(ctx, principal, in.ThreadID, in.RunID, in.JSON()); err != nil {
+		log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
+	}
+	return &threadLog{Writer: w, srv: srv, principal: principal, threadID: in.ThreadID, runID: in.RunID, log: log}
 }
 
 // Close finishes the run's thread from the stored log, then closes the log.
 func (l *threadLog) Close(ctx context.Context) error {
-	<-l.accepted
 	if l.Writer.Err() == nil {
 		if err := l.finish(ctx); err != nil {
 			l.log.Warn("finishing the run in its thread", slog.String(keyErr, err.Error()))
