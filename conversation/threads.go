@@ -59,14 +59,20 @@ func (srv *Server) newThreadLog(w *jetstream.Writer, principal string, in *proto
 	return &threadLog{Writer: w, srv: srv, principal: principal, threadID: in.ThreadID, runID: in.RunID, log: log}
 }
 
-// Close finishes the run's thread from the stored log, then closes the log.
+// Close closes the log, then finishes the run's thread from it (at most threadTimeout), so
+// that readers of the log reach its end without waiting for the thread. Until the thread is
+// finished, a hydrate reports the run as active, and a client that joins it replays the
+// closed log.
 func (l *threadLog) Close(ctx context.Context) error {
-	if l.Writer.Err() == nil {
-		if err := l.finish(ctx); err != nil {
+	err := l.Writer.Close(ctx)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), threadTimeout)
+		defer cancel()
+		if err := l.finish(fctx); err != nil {
 			l.log.Warn("finishing the run in its thread", slog.String(keyErr, err.Error()))
 		}
 	}
-	return l.Writer.Close(ctx)
+	return err
 }
 
 func (l *threadLog) finish(ctx context.Context) error {
@@ -114,16 +120,26 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 	ctx, cancel := context.WithTimeout(r.Context(), threadTimeout)
 	defer cancel()
 	if t := srv.thread(ctx, principal, threadID); t != nil {
-		msgs := t.Transcript.Messages
 		if runID := t.ActiveRun(); runID != "" {
-			entries, _, err := srv.cfg.Threads.Snapshot(ctx, principal, runID)
-			if err == nil {
-				msgs = t.Transcript.Active(runID, jetstream.Events(entries))
+			entries, closed, err := srv.cfg.Threads.Snapshot(ctx, principal, runID)
+			switch {
+			case err == nil && closed:
+				// The run ended and its gateway did not finish its thread (it stopped
+				// meanwhile): finish it here, as it would have.
+				events := jetstream.Events(entries)
+				if err := srv.cfg.Threads.FinishRun(ctx, principal, threadID, runID, events); err != nil {
+					srv.log.Warn("hydrate: finishing an ended run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
+				} else if t = srv.thread(ctx, principal, threadID); t == nil {
+					t = &jetstream.Thread{}
+				}
+			case err == nil:
+				t.Transcript.Messages = t.Transcript.Active(runID, jetstream.Events(entries))
 				ans.ActiveRun = &runRef{runID}
-			} else if !errors.Is(err, jetstream.ErrUnknownRun) {
+			case !errors.Is(err, jetstream.ErrUnknownRun):
 				srv.log.Warn("hydrate: reading the active run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 			}
 		}
+		msgs := t.Transcript.Messages
 		ans.Interrupts = t.Transcript.Interrupts
 		before := r.URL.Query().Get("before")
 		if limit := pageLimit(r); limit > 0 {

@@ -169,26 +169,40 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, f 
 	return errors.New("thread: too many concurrent updates")
 }
 
-// encodeThread marshals t, leaving out its oldest messages while it does not fit in one
-// NATS message.
+// encodeThread marshals t. When that does not fit in one NATS message (the server's max
+// payload less room for headers), the transcript keeps only its newest messages that fit,
+// possibly none (a single message larger than that); Dropped counts the others.
 func (s *Store) encodeThread(t *Thread) ([]byte, error) {
 	limit := int(s.nc.MaxPayload()) - 4096
-	for {
-		b, err := json.Marshal(t)
-		if err != nil {
-			return nil, fmt.Errorf("thread: %w", err)
-		}
-		n := len(t.Transcript.Messages)
-		if len(b) <= limit {
-			return b, nil
-		}
-		if n <= 1 {
-			return nil, fmt.Errorf("thread: %d bytes, over the %d a message may hold", len(b), limit)
-		}
-		drop := max(n/10, 1)
-		t.Transcript.Messages = slices.Clone(t.Transcript.Messages[drop:])
-		t.Dropped += drop
+	b, err := json.Marshal(t)
+	if err != nil || len(b) <= limit {
+		return b, err
 	}
+	msgs := t.Transcript.Messages
+	t.Transcript.Messages = nil
+	rest, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	room := limit - len(rest)
+	keep := len(msgs)
+	for keep > 0 {
+		m, err := json.Marshal(msgs[keep-1])
+		if err != nil {
+			return nil, err
+		}
+		if room -= len(m) + 1; room < 0 {
+			break
+		}
+		keep--
+	}
+	t.Dropped += keep
+	t.Transcript.Messages = slices.Clone(msgs[keep:])
+	b, err = json.Marshal(t)
+	if err == nil && len(b) > limit {
+		return nil, fmt.Errorf("thread: %d bytes without its messages, over the %d a message may hold", len(b), limit)
+	}
+	return b, err
 }
 
 // AcceptRun records a newly accepted run of the principal's thread (state running) and merges
