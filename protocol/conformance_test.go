@@ -500,7 +500,7 @@ func parseOrdered(b []byte) (any, error) {
 				if err != nil {
 					return nil, err
 				}
-				o = append(o, member{k.(string), v})
+				o = append(o, member{Key: k.(string), Val: v})
 			}
 			_, err := d.Token()
 			return o, err
@@ -531,9 +531,9 @@ func simplifications(v any) []any {
 			out = append(out, append(append(obj{}, x[:i]...), x[i+1:]...))
 		}
 		for i, m := range x {
-			for _, s := range simplifications(m.val) {
+			for _, s := range simplifications(m.Val) {
 				y := append(obj{}, x...)
-				y[i] = member{m.key, s}
+				y[i] = member{Key: m.Key, Val: s}
 				out = append(out, y)
 			}
 		}

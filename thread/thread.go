@@ -3,6 +3,8 @@ package thread
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
+	"regexp"
 )
 
 // Message is a UIMessage of @tanstack/ai-client.
@@ -24,31 +26,128 @@ func (m Message) MarshalJSON() ([]byte, error) {
 	return json.Marshal(p)
 }
 
-// Part is one part of a message: Type is "text", "thinking", "tool-call" or "tool-result", and
-// only the fields of that type are set.
+// Part is one part of a message, as @tanstack/ai-client shows it. Type is "text",
+// "thinking", "tool-call" or "tool-result" and only the fields of that type are used;
+// a part the builder does not interpret (an image of a user message, say) is kept verbatim
+// in Raw, which then is its JSON form.
 type Part struct {
-	Type string `json:"type"`
+	Type string
 
-	// text, thinking, tool-result
-	Content *string `json:"content,omitempty"`
-	// thinking
-	StepID    string `json:"stepId,omitempty"`
-	Signature string `json:"signature,omitempty"`
+	Content   string  // text, thinking, tool-result (a string content)
+	StepID    *string // thinking (it may be "")
+	Signature string  // thinking
 
-	// tool-call
-	ID        string          `json:"id,omitempty"`
-	Name      string          `json:"name,omitempty"`
-	Arguments *string         `json:"arguments,omitempty"`
-	Input     json.RawMessage `json:"input,omitempty"`
-	Output    json.RawMessage `json:"output,omitempty"`
-	Approval  *Approval       `json:"approval,omitempty"`
+	ID        string          // tool-call
+	Name      string          // tool-call
+	Arguments string          // tool-call: the raw JSON text streamed so far
+	Input     json.RawMessage // tool-call: the parsed arguments, once complete
+	Output    json.RawMessage // tool-call
+	Approval  *Approval       // tool-call
+	Metadata  json.RawMessage // tool-call
 
-	// tool-result
-	ToolCallID string `json:"toolCallId,omitempty"`
-	Error      string `json:"error,omitempty"`
+	ToolCallID   string          // tool-result (ID and Metadata: those of a snapshot's tool message)
+	ContentParts json.RawMessage // tool-result: a content that is not a string
+	Error        string          // tool-result
 
-	// tool-call, tool-result
-	State string `json:"state,omitempty"`
+	State string // tool-call, tool-result
+
+	Raw json.RawMessage // a part kept verbatim
+
+	// A text part the builder streams into: its content is seg.buf[:segN].
+	seg  *segment
+	segN int
+}
+
+// wirePart is a Part's JSON form: the client's field names, each type with its own.
+type wirePart struct {
+	Type       string          `json:"type"`
+	Content    json.RawMessage `json:"content,omitempty"`
+	StepID     *string         `json:"stepId,omitempty"`
+	Signature  string          `json:"signature,omitempty"`
+	ID         *string         `json:"id,omitempty"`
+	Name       *string         `json:"name,omitempty"`
+	Arguments  *string         `json:"arguments,omitempty"`
+	State      string          `json:"state,omitempty"`
+	Approval   *Approval       `json:"approval,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Input      json.RawMessage `json:"input,omitempty"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"`
+	ToolCallID *string         `json:"toolCallId,omitempty"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// MarshalJSON writes the part in the client's form.
+func (p Part) MarshalJSON() ([]byte, error) {
+	w := wirePart{Type: p.Type}
+	switch p.Type {
+	case "text":
+		w.Content = mustJSON(p.text())
+	case "thinking":
+		w.Content, w.StepID, w.Signature = mustJSON(p.Content), p.StepID, p.Signature
+	case "tool-call":
+		w.ID, w.Name, w.Arguments, w.State = &p.ID, &p.Name, &p.Arguments, p.State
+		w.Approval, w.Output, w.Input, w.Metadata = p.Approval, p.Output, p.Input, p.Metadata
+	case "tool-result":
+		w.ToolCallID, w.State, w.Error, w.Metadata = &p.ToolCallID, p.State, p.Error, p.Metadata
+		if p.ID != "" {
+			w.ID = &p.ID
+		}
+		w.Content = p.ContentParts
+		if w.Content == nil {
+			w.Content = mustJSON(p.Content)
+		}
+	}
+	if p.Raw != nil {
+		return p.Raw, nil
+	}
+	return json.Marshal(w)
+}
+
+// UnmarshalJSON reads a part MarshalJSON wrote. A part that the fields of its type do not
+// reproduce exactly is kept verbatim in Raw.
+func (p *Part) UnmarshalJSON(data []byte) error {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	typ, _ := asString(m["type"])
+	*p = Part{Type: typ, Raw: append(json.RawMessage(nil), data...)}
+	switch typ {
+	case "text", "thinking", "tool-call", "tool-result":
+	default:
+		return nil
+	}
+	var w wirePart
+	if json.Unmarshal(data, &w) != nil {
+		return nil
+	}
+	q := Part{Type: typ, StepID: w.StepID, Signature: w.Signature, State: w.State,
+		Approval: w.Approval, Output: w.Output, Input: w.Input, Metadata: w.Metadata, Error: w.Error}
+	str := func(s *string) string {
+		if s == nil {
+			return ""
+		}
+		return *s
+	}
+	q.ID, q.Name, q.Arguments, q.ToolCallID = str(w.ID), str(w.Name), str(w.Arguments), str(w.ToolCallID)
+	if s, ok := asString(w.Content); ok {
+		q.Content = s
+	} else if typ == "tool-result" {
+		q.ContentParts = w.Content
+	}
+	if b, err := q.MarshalJSON(); err == nil && sameJSON(b, data) {
+		*p = q
+	}
+	return nil
+}
+
+// sameJSON reports whether a and b encode the same value.
+func sameJSON(a, b []byte) bool {
+	var x, y any
+	if json.Unmarshal(a, &x) != nil || json.Unmarshal(b, &y) != nil {
+		return false
+	}
+	return reflect.DeepEqual(x, y)
 }
 
 // Approval is a tool call's approval request and answer.
@@ -74,30 +173,259 @@ type Transcript struct {
 	Answered map[string]*Interrupts `json:"answered,omitempty"`
 }
 
+// MarshalJSON writes Messages as [] when empty.
+func (t Transcript) MarshalJSON() ([]byte, error) {
+	type plain Transcript
+	p := plain(t)
+	if p.Messages == nil {
+		p.Messages = []Message{}
+	}
+	return json.Marshal(p)
+}
+
 // Accept merges a newly accepted run's input (the RunAgentInput JSON as the client posted it)
-// into t: messages merge by id, a list ending at an earlier stored id cuts what follows it
-// (regenerate), approval answers come from resume, client tool results set their call; the
-// interrupts this run answers stop being reported.
+// into t, never overwriting what t knows:
+//
+//   - a message with an unknown id is appended (the client may post the whole transcript,
+//     only its new messages, or only the new one); a known id keeps t's copy;
+//   - a list whose last user, system or assistant message is a stored one followed by others
+//     cuts those others (a regenerate);
+//   - resume entries whose payload has a boolean "approved" answer the approval with that
+//     interruptId (approval.approved, state approval-responded), and the wire's synthesized
+//     tool row of an approval is ignored;
+//   - a tool row for a call without approval that has no output yet (a client tool's result)
+//     sets the call's output and state complete and adds a tool-result part;
+//   - if resume answers one of t.Interrupts, they stop being reported; Finish restores them
+//     if this run fails.
 func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	var in struct {
 		Messages []struct {
-			ID      string          `json:"id"`
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
+			ID         string          `json:"id"`
+			Role       string          `json:"role"`
+			Content    json.RawMessage `json:"content"`
+			ToolCallID string          `json:"toolCallId"`
+			ToolCalls  []struct {
+				ID       string `json:"id"`
+				Function struct {
+					Name      string `json:"name"`
+					Arguments string `json:"arguments"`
+				} `json:"function"`
+			} `json:"toolCalls"`
+			Metadata json.RawMessage `json:"metadata"`
 		} `json:"messages"`
+		Resume []struct {
+			InterruptID string          `json:"interruptId"`
+			Payload     json.RawMessage `json:"payload"`
+		} `json:"resume"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil {
 		return fmt.Errorf("thread: accept %s: %w", runID, err)
 	}
-	for _, m := range in.Messages {
-		if t.index(m.ID) >= 0 || (m.Role != "user" && m.Role != "system") {
+
+	// Regenerate: the last anchor of the list is stored, and followed by more.
+	for i := len(in.Messages) - 1; i >= 0; i-- {
+		m := in.Messages[i]
+		if m.Role != "user" && m.Role != "system" && m.Role != "assistant" {
 			continue
 		}
-		var s string
-		_ = json.Unmarshal(m.Content, &s)
-		t.Messages = append(t.Messages, Message{ID: m.ID, Role: m.Role, Parts: []Part{{Type: "text", Content: &s}}})
+		if at := t.index(m.ID); at >= 0 && at < len(t.Messages)-1 {
+			t.Messages = t.Messages[:at+1]
+		}
+		break
+	}
+
+	// Approval answers, before tool rows: an answered call's row is the wire's own.
+	answered := map[string]bool{}
+	for _, r := range in.Resume {
+		answered[r.InterruptID] = true
+		var p struct {
+			Approved *bool `json:"approved"`
+		}
+		if json.Unmarshal(r.Payload, &p) != nil || p.Approved == nil {
+			continue
+		}
+		t.eachCall(func(p *Part) bool { return p.Approval != nil && p.Approval.ID == r.InterruptID }, func(_ *Message, part *Part) {
+			v := *p.Approved
+			a := *part.Approval
+			a.Approved = &v
+			part.Approval = &a
+			part.State, part.Raw = "approval-responded", nil
+		})
+	}
+
+	// The client names a message created lazily at random: an assistant message with an
+	// unknown id is the client's copy of the next message t minted an id for, after the
+	// last one the list matched so far, or of the message that has its tool calls.
+	pos := -1
+	matched := map[int]bool{}
+	for _, m := range in.Messages {
+		if m.Role == "tool" || m.Role == "reasoning" {
+			// Rows of an assistant message, not messages.
+		} else if at := t.indexAfter(m.ID, pos); at >= 0 {
+			pos = at
+		} else if m.Role == "assistant" {
+			if at := t.lazyCopy(pos, matched, m.ToolCalls); at >= 0 {
+				matched[at] = true
+				pos = max(pos, at)
+				continue
+			}
+		}
+		switch m.Role {
+		case "tool":
+			t.clientToolResult(m.ToolCallID, m.Content)
+			continue
+		case "user", "system", "assistant":
+		default:
+			continue
+		}
+		if m.ID == "" || t.index(m.ID) >= 0 {
+			continue
+		}
+		msg := Message{ID: m.ID, Role: m.Role, Parts: []Part{}}
+		if md := object(m.Metadata); md != nil {
+			if tanstack := object(md["tanstack"]); tanstack != nil {
+				msg.CreatedAt = coerceCreatedAt(tanstack["createdAt"])
+			}
+		}
+		if s, ok := asString(m.Content); ok {
+			if s != "" || m.Role == "user" {
+				msg.Parts = append(msg.Parts, Part{Type: "text", Content: s})
+			}
+		} else if len(m.Content) > 0 && m.Content[0] == '[' {
+			msg.Parts = append(msg.Parts, userParts(m.Content)...)
+		}
+		for _, c := range m.ToolCalls {
+			msg.Parts = append(msg.Parts, Part{Type: "tool-call", ID: c.ID, Name: c.Function.Name,
+				Arguments: c.Function.Arguments, State: "input-complete", Input: parseJSON(c.Function.Arguments)})
+		}
+		t.Messages = append(t.Messages, msg)
+	}
+
+	if t.Interrupts != nil {
+		for _, raw := range t.Interrupts.Pending {
+			if id, _ := asString(object(raw)["id"]); answered[id] {
+				if t.Answered == nil {
+					t.Answered = map[string]*Interrupts{}
+				}
+				t.Answered[runID] = t.Interrupts
+				t.Interrupts = nil
+				break
+			}
+		}
 	}
 	return nil
+}
+
+// indexAfter returns the index of the first message with the id after index
+// pos, else of the first one, else -1.
+func (t *Transcript) indexAfter(id string, pos int) int {
+	for i := pos + 1; i < len(t.Messages); i++ {
+		if t.Messages[i].ID == id {
+			return i
+		}
+	}
+	return t.index(id)
+}
+
+// lazyCopy returns the index of the message of t that an assistant message of the wire
+// with an unknown id stands for: the message that has one of its tool calls, else the first
+// assistant message after pos with an id Finish minted that no other wire message took; -1
+// when there is none (the message is new).
+func (t *Transcript) lazyCopy(pos int, matched map[int]bool, calls []struct {
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}) int {
+	for _, c := range calls {
+		for i, m := range t.Messages {
+			for _, p := range m.Parts {
+				if p.Type == "tool-call" && p.ID == c.ID {
+					return i
+				}
+			}
+		}
+	}
+	for i := pos + 1; i < len(t.Messages); i++ {
+		if m := t.Messages[i]; !matched[i] && m.Role == "assistant" && minted.MatchString(m.ID) {
+			return i
+		}
+	}
+	return -1
+}
+
+// minted matches the ids Finish mints for messages ("<runId>-a<n>").
+var minted = regexp.MustCompile(`-a[0-9]+$`)
+
+// userParts converts the wire's content parts: text parts become text parts
+// ({"type":"text","text"} on the wire), others are kept verbatim.
+func userParts(raw json.RawMessage) []Part {
+	var list []json.RawMessage
+	_ = json.Unmarshal(raw, &list)
+	var parts []Part
+	for _, p := range list {
+		o := object(p)
+		if typ, _ := asString(o["type"]); typ == "text" {
+			s, _ := asString(o["text"])
+			parts = append(parts, Part{Type: "text", Content: s})
+			continue
+		}
+		if typ, _ := asString(o["type"]); typ != "binary" {
+			parts = append(parts, Part{Type: typ, Raw: p})
+		}
+	}
+	return parts
+}
+
+// eachCall calls f on every tool-call part that match selects.
+func (t *Transcript) eachCall(match func(*Part) bool, f func(*Message, *Part)) {
+	for i := range t.Messages {
+		for j := range t.Messages[i].Parts {
+			if p := &t.Messages[i].Parts[j]; p.Type == "tool-call" && match(p) {
+				f(&t.Messages[i], p)
+			}
+		}
+	}
+}
+
+// clientToolResult applies a tool row of the wire to a call that waits for
+// its client tool's result (ChatClient's addToolResult): a call without
+// approval, output or result part.
+func (t *Transcript) clientToolResult(callID string, content json.RawMessage) {
+	for _, m := range t.Messages {
+		for _, p := range m.Parts {
+			if p.Type == "tool-result" && p.ToolCallID == callID {
+				return // the wire's row of a result t has
+			}
+		}
+	}
+	done := false
+	t.eachCall(func(p *Part) bool { return p.ID == callID }, func(m *Message, p *Part) {
+		if done || p.Approval != nil || p.Output != nil || p.State == "complete" || p.State == "error" {
+			done = true
+			return
+		}
+		done = true
+		s, ok := asString(content)
+		if !ok {
+			return
+		}
+		p.Raw = nil
+		p.Output = parseJSON(s)
+		if p.Output == nil {
+			p.Output = content
+		}
+		p.State = "complete"
+		r := Part{Type: "tool-result", ToolCallID: callID, Content: s, State: "complete"}
+		for i := range m.Parts {
+			if m.Parts[i].Type == "tool-result" && m.Parts[i].ToolCallID == callID {
+				m.Parts[i] = r
+				return
+			}
+		}
+		m.Parts = append(m.Parts, r)
+	})
 }
 
 func (t *Transcript) index(id string) int {
@@ -110,7 +438,9 @@ func (t *Transcript) index(id string) int {
 }
 
 // Finish applies the run's stored events (its log in order, from the gateway's run.accepted
-// marker to RUN_FINISHED or RUN_ERROR) to t as the client's StreamProcessor would.
+// marker to RUN_FINISHED or RUN_ERROR) to t as the client's StreamProcessor would. A
+// RUN_FINISHED with an interrupt outcome sets t.Interrupts (the run's interrupts, verbatim);
+// a run that ends with RUN_ERROR restores the interrupts it answered.
 func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
 	b := newBuilder(runID, t.Messages)
 	for _, e := range events {
@@ -118,36 +448,81 @@ func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
 			return fmt.Errorf("thread: finish %s: %w", runID, err)
 		}
 	}
-	b.finalize()
+	if b.last != "RUN_ERROR" {
+		b.finalizeStream()
+	}
+	settle(b.msgs)
 	t.Messages = b.msgs
+	answered := t.Answered[runID]
+	delete(t.Answered, runID)
+	if len(t.Answered) == 0 {
+		t.Answered = nil
+	}
+	switch b.last {
+	case "RUN_ERROR":
+		if answered != nil {
+			t.Interrupts = answered
+		}
+	case "RUN_FINISHED":
+		if pending := b.interrupts; len(pending) > 0 {
+			t.Interrupts = &Interrupts{RunID: runID, Pending: pending}
+		}
+	}
 	return nil
 }
 
 // Active returns what a hydrate shows while runID is still running, given its events so far:
-// the settled messages plus only the run's latest assistant message, or a "<runID>-pending"
-// placeholder for a continuation run with no assistant message yet.
+// the settled messages (with the run's user message) plus only the run's latest assistant
+// message (the client drops a trailing assistant message when the replay starts, and
+// rebuilds it), or, for a continuation run (its input added no user message) with no
+// assistant message yet, a placeholder {id: "<runID>-pending", role: "assistant", parts: []}
+// for the client to drop instead of the message that asked.
 func (t Transcript) Active(runID string, events []json.RawMessage) []Message {
 	b := newBuilder(runID, t.Messages)
 	for _, e := range events {
 		_ = b.apply(e)
 	}
-	return b.msgs
+	settle(b.msgs)
+	out := append([]Message(nil), t.Messages...)
+	for i := len(b.msgs) - 1; i >= 0; i-- {
+		if m := b.msgs[i]; m.Role == "assistant" && t.index(m.ID) < 0 {
+			return append(out, m)
+		}
+	}
+	if n := len(t.Messages); n > 0 && t.Messages[n-1].Role != "user" {
+		out = append(out, Message{ID: runID + "-pending", Role: "assistant", Parts: []Part{}})
+	}
+	return out
 }
 
+// MaxPage is the largest page Page answers.
+const MaxPage = 500
+
 // Page cuts msgs (oldest first) for paging: limit <= 0 means everything and cursor "";
-// before is a cursor Page issued (the id of the oldest message of a window). It returns the
-// window (oldest first) and the cursor for the next older page, "" when nothing older remains.
+// a larger limit than MaxPage counts as MaxPage. before is "" for the newest window, or a
+// cursor Page issued (the id of the oldest message of a window): the window (never nil) is then the
+// newest limit messages strictly older than it. It returns the window (oldest first) and the
+// cursor for the next older page, "" when nothing older remains. A cursor naming no message
+// of msgs (one cut by a regenerate since) answers an empty window and "".
 func Page(msgs []Message, limit int, before string) (window []Message, cursor string) {
+	if msgs == nil {
+		msgs = []Message{}
+	}
 	if limit <= 0 {
 		return msgs, ""
 	}
+	limit = min(limit, MaxPage)
 	end := len(msgs)
 	if before != "" {
+		end = -1
 		for i := range msgs {
 			if msgs[i].ID == before {
 				end = i
 				break
 			}
+		}
+		if end < 0 {
+			return []Message{}, ""
 		}
 	}
 	start := max(end-limit, 0)
