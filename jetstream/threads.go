@@ -83,8 +83,8 @@ func title(tr *thread.Transcript) string {
 			continue
 		}
 		for _, p := range m.Parts {
-			if p.Type == "text" && p.Content != nil {
-				s := strings.TrimSpace(*p.Content)
+			if p.Type == "text" {
+				s := strings.TrimSpace(p.Content)
 				if utf8.RuneCountInString(s) > titleLen {
 					s = string([]rune(s)[:titleLen])
 				}

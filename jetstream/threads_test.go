@@ -35,8 +35,8 @@ func texts(t *Thread) map[string]string {
 	m := map[string]string{}
 	for _, msg := range t.Transcript.Messages {
 		for _, p := range msg.Parts {
-			if p.Type == "text" && p.Content != nil {
-				m[msg.ID] = msg.Role + ":" + *p.Content
+			if p.Type == "text" {
+				m[msg.ID] = msg.Role + ":" + p.Content
 			}
 		}
 	}
