@@ -15,11 +15,14 @@
 // default base), threadId, turns ([{text, forwardedProps}]), pageSize (history.pageSize of the
 // reloaded client), headers (sent by every adapter, e.g. X-Principal-like test headers).
 //
-// Scenarios:
-//   reload  the turns through client A; then client B hydrates: {live, hydrated}, each a list of
-//           messages without createdAt (client A's are Dates, the server's ISO strings)
-//   older   as reload, then B calls loadOlderMessages() until it has no older page:
-//           {live, hydrated, pages} (pages: how many older pages it loaded)
+// Scenarios (each described where it is defined; messages are printed without createdAt,
+// which client A holds as Dates and the server sends as ISO strings):
+//   reload      the turns through client A; then client B hydrates: {live, hydrated}
+//   older       as reload, then B calls loadOlderMessages() until it has no older page
+//   pageturn    as reload with pageSize, B sends options.next, a full reload follows
+//   midturn     B reloads while A's last turn streams
+//   approval    A's turn asks for approval; B reloads and answers it; C reloads
+//   concurrent  clients on options.bases send turns to one thread at once; B reloads
 import xhrPackage from 'xmlhttprequest'
 import {
   ChatClient,
@@ -94,20 +97,14 @@ async function settle(client, quietMs = 300) {
   }
 }
 
+// live sends options.turns through a client that never reloads and returns its messages.
 async function live() {
-  const client = new ChatClient({
-    connection: adapter(options.base),
-    threadId: options.threadId,
-    persistence: true,
-  })
-  client.attach()
+  const client = liveClient(options.base)
   await settle(client) // its own (empty) hydrate
-  for (const turn of options.turns) {
-    client.updateOptions?.({ forwardedProps: turn.forwardedProps ?? {} })
-    await client.sendMessage(turn.text)
-  }
+  for (const turn of options.turns) await send(client, turn)
+  await settle(client)
   const messages = plain(client.getMessages())
-  client.dispose?.()
+  client.dispose()
   return messages
 }
 
@@ -124,12 +121,116 @@ function reloaded() {
   return client
 }
 
+// liveClient returns an attached client of the thread on base.
+function liveClient(base, forwardedProps = {}) {
+  const client = new ChatClient({
+    connection: adapter(base),
+    threadId: options.threadId,
+    persistence: true,
+    forwardedProps,
+  })
+  client.attach()
+  return client
+}
+
+// send sends one turn through client with the turn's forwardedProps.
+async function send(client, turn) {
+  client.updateOptions({ forwardedProps: turn.forwardedProps ?? {} })
+  await client.sendMessage(turn.text)
+}
+
+// approvalId returns the id of the approval the client's messages ask for, if any.
+function approvalId(client) {
+  for (const m of client.getMessages()) {
+    for (const p of m.parts) {
+      if (p.type === 'tool-call' && p.state === 'approval-requested' && p.approval) return p.approval.id
+    }
+  }
+  return null
+}
+
 const scenarios = {
   async reload() {
     const liveMessages = await live()
     const client = reloaded()
     await settle(client)
     finish({ live: liveMessages, hydrated: plain(client.getMessages()) })
+  },
+
+  // a reload with history.pageSize, a turn sent from it, then a full reload:
+  // {live, paged (the paged client after its turn), hydrated (the full reload)}
+  async pageturn() {
+    const liveMessages = await live()
+    const paged = reloaded()
+    await settle(paged)
+    await send(paged, options.next)
+    await settle(paged)
+    const pagedMessages = plain(paged.getMessages())
+    paged.dispose()
+    const full = new ChatClient({ connection: adapter(options.base), threadId: options.threadId, persistence: true })
+    full.attach()
+    await settle(full)
+    finish({ live: liveMessages, paged: pagedMessages, hydrated: plain(full.getMessages()) })
+  },
+
+  // a reload while the last turn streams: {live, hydrated} once both settled
+  async midturn() {
+    const client = liveClient(options.base)
+    await settle(client)
+    const turns = options.turns
+    for (const turn of turns.slice(0, -1)) await send(client, turn)
+    let reloadedClient
+    let started
+    const reloadedSettled = new Promise((resolve) => (started = resolve))
+    const unsubscribe = setInterval(() => {
+      const last = client.getMessages().at(-1)
+      const text = last?.role === 'assistant' ? last.parts.filter((p) => p.type === 'text').map((p) => p.content).join('') : ''
+      if (!reloadedClient && text.length >= (options.reloadAfterChars ?? 10)) {
+        reloadedClient = reloaded()
+        started()
+      }
+    }, 10)
+    await send(client, turns.at(-1))
+    clearInterval(unsubscribe)
+    if (!reloadedClient) fail('the turn ended before the reload')
+    await reloadedSettled
+    await settle(reloadedClient, 500)
+    finish({ live: plain(client.getMessages()), hydrated: plain(reloadedClient.getMessages()) })
+  },
+
+  // a turn that asks for approval; a reload shows the request and answers it; a second
+  // reload shows the answered thread:
+  // {live, requested (the first reload's before it answers), answered, hydrated}
+  async approval() {
+    const liveMessages = await live()
+    const first = reloaded()
+    await settle(first)
+    const requested = plain(first.getMessages())
+    const id = approvalId(first)
+    if (!id) fail(`no approval request after the reload: ${JSON.stringify(requested)}`)
+    await first.addToolApprovalResponse({ id, approved: options.approved ?? true })
+    await settle(first, 500)
+    const answered = plain(first.getMessages())
+    first.dispose()
+    const second = reloaded()
+    await settle(second)
+    finish({ live: liveMessages, requested, answered, hydrated: plain(second.getMessages()) })
+  },
+
+  // clients on options.bases send options.turns each, at once, to one thread; then a reload
+  // on the first base: {hydrated}
+  async concurrent() {
+    await Promise.all(
+      options.bases.map(async (base, i) => {
+        const client = liveClient(base)
+        await settle(client)
+        for (const turn of options.turns) await send(client, { ...turn, text: `${turn.text} from ${i}` })
+        client.dispose()
+      }),
+    )
+    const client = reloaded()
+    await settle(client)
+    finish({ hydrated: plain(client.getMessages()) })
   },
 
   async older() {
