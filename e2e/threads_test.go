@@ -251,3 +251,40 @@ func TestThreadsTwoGatewaysAtOnce(t *testing.T) {
 		t.Errorf("the thread shows %d messages and %d replies, want %d and %d:\n%s", len(msgs), replies, 4*turns, 2*turns, join(res.Hydrated))
 	}
 }
+
+// TestThreadsOtherPrincipalAndUnknownThread: with authentication, another principal's reload
+// of a thread, and a reload of a thread that does not exist, show an empty chat; the owner's
+// reload shows the thread.
+func TestThreadsOtherPrincipalAndUnknownThread(t *testing.T) {
+	gw := startSecGateway(t)
+	auth := func(sub string) map[string]string {
+		return map[string]string{"Authorization": "Bearer " + gw.token(t, sub, nil)}
+	}
+	turns := []threadTurn{{"a secret", fast}}
+	for _, tt := range []struct {
+		name, sub, thread string
+		empty             bool
+	}{
+		{"owner", "alice", "thread-private", false},
+		{"another principal", "bob", "thread-private", true},
+		{"unknown thread", "alice", "thread-never-used", true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var res reloadResult
+			runNode(t, threadsScript, nil, &res, "reload", "fetch-sse", options(t, map[string]any{
+				"base": gw.URL, "threadId": "thread-private-" + tt.name, "turns": turns,
+				"headers": auth("alice"), "hydrateHeaders": auth(tt.sub),
+				"hydrateThreadId": strings.Replace(tt.thread, "thread-private", "thread-private-"+tt.name, 1),
+			}))
+			if len(res.Live) != 2 {
+				t.Fatalf("the live client shows %s", join(res.Live))
+			}
+			if tt.empty && len(res.Hydrated) != 0 {
+				t.Errorf("the reload shows %s, want nothing", join(res.Hydrated))
+			}
+			if !tt.empty {
+				sameMessages(t, res)
+			}
+		})
+	}
+}

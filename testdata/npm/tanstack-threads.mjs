@@ -12,8 +12,10 @@
 // Every scenario is bounded by options.timeoutMs.
 //
 // Options: base (the gateway the turns go to), hydrateBase (the one the reloaded client talks to;
-// default base), threadId, turns ([{text, forwardedProps}]), pageSize (history.pageSize of the
-// reloaded client), headers (sent by every adapter, e.g. X-Principal-like test headers).
+// default base), threadId, hydrateThreadId (the reloaded client's; default threadId), turns
+// ([{text, forwardedProps}]), pageSize (history.pageSize of the reloaded client), headers (sent
+// by the live client's HTTP adapters, e.g. an Authorization header), hydrateHeaders (the
+// reloaded client's; default headers).
 //
 // Scenarios (each described where it is defined; messages are printed without createdAt,
 // which client A holds as Dates and the server sends as ISO strings):
@@ -60,13 +62,12 @@ function streamingXhr() {
   return xhr
 }
 
-const headers = options.headers ?? {}
 const adapters = {
-  'fetch-sse': (base) => fetchServerSentEvents(`${base}/api/chat`, { headers }),
-  'xhr-sse': (base) => xhrServerSentEvents(`${base}/api/chat`, { headers, xhrFactory: streamingXhr }),
-  'fetch-ndjson': (base) => fetchHttpStream(`${base}/api/chat/ndjson`, { headers }),
-  'xhr-ndjson': (base) => xhrHttpStream(`${base}/api/chat/ndjson`, { headers, xhrFactory: streamingXhr }),
-  ws: (base) => ({
+  'fetch-sse': (base, headers) => fetchServerSentEvents(`${base}/api/chat`, { headers }),
+  'xhr-sse': (base, headers) => xhrServerSentEvents(`${base}/api/chat`, { headers, xhrFactory: streamingXhr }),
+  'fetch-ndjson': (base, headers) => fetchHttpStream(`${base}/api/chat/ndjson`, { headers }),
+  'xhr-ndjson': (base, headers) => xhrHttpStream(`${base}/api/chat/ndjson`, { headers, xhrFactory: streamingXhr }),
+  ws: (base, headers) => ({
     ...webSocket(`${base.replace(/^http/, 'ws')}/ws`, { WebSocketImpl: WebSocket }),
     hydrate: fetchServerSentEvents(`${base}/api/chat`, { headers }).hydrate,
   }),
@@ -112,8 +113,8 @@ async function live() {
 function reloaded() {
   const history = options.pageSize ? { pageSize: options.pageSize } : undefined
   const client = new ChatClient({
-    connection: adapter(options.hydrateBase ?? options.base),
-    threadId: options.threadId,
+    connection: adapter(options.hydrateBase ?? options.base, options.hydrateHeaders ?? options.headers ?? {}),
+    threadId: options.hydrateThreadId ?? options.threadId,
     persistence: true,
     history,
   })
@@ -124,7 +125,7 @@ function reloaded() {
 // liveClient returns an attached client of the thread on base.
 function liveClient(base, forwardedProps = {}) {
   const client = new ChatClient({
-    connection: adapter(base),
+    connection: adapter(base, options.headers ?? {}),
     threadId: options.threadId,
     persistence: true,
     forwardedProps,
@@ -167,7 +168,7 @@ const scenarios = {
     await settle(paged)
     const pagedMessages = plain(paged.getMessages())
     paged.dispose()
-    const full = new ChatClient({ connection: adapter(options.base), threadId: options.threadId, persistence: true })
+    const full = new ChatClient({ connection: adapter(options.base, options.headers ?? {}), threadId: options.threadId, persistence: true })
     full.attach()
     await settle(full)
     finish({ live: liveMessages, paged: pagedMessages, hydrated: plain(full.getMessages()) })
