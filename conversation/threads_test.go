@@ -234,3 +234,23 @@ func TestThreadListDelete(t *testing.T) {
 		t.Errorf("list after delete = %+v", l)
 	}
 }
+
+// TestJoinFromStartWhileRunning: a join from -1 (what a hydrated client does for the active
+// run) gets the run's stored events at once, while the turn still runs, on both chat paths.
+func TestJoinFromStartWhileRunning(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	for _, fr := range framings {
+		t.Run(fr.name, func(t *testing.T) {
+			runID := "join-start-" + fr.name
+			live := e.open(t, fr.path, http.MethodPost, threadFrame("T-"+fr.name, runID, script{Tokens: 1, Block: true}, "u1", "hi"), nil)
+			live.n(4)
+			join := e.open(t, fr.path, http.MethodGet, nil, http.Header{"Accept": {"text/event-stream"}}, "runId", runID, "offset", "-1")
+			if s := summary(join.n(4)); s != "CUSTOM:run.accepted RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT" {
+				t.Fatalf("join from -1 while running = %s", s)
+			}
+			if code, body := e.abortHTTP(t, runID, ""); code != http.StatusOK {
+				t.Fatalf("abort = %d %s", code, body)
+			}
+		})
+	}
+}
