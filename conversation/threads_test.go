@@ -2,6 +2,7 @@ package conversation_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -253,4 +254,40 @@ func TestJoinFromStartWhileRunning(t *testing.T) {
 			}
 		})
 	}
+}
+
+// BenchmarkHydrate measures a hydrate (GET /api/chat?threadId=) of a finished 200-message
+// thread (100 turns of a user message and a 10-token reply) over loopback HTTP, and reports
+// the bytes the thread takes in its NATS bucket (the stream's bytes: its one value with its
+// headers).
+func BenchmarkHydrate(b *testing.B) {
+	e := newEnv(b, envOptions{})
+	var msgs []string
+	for i := range 100 {
+		msgs = append(msgs, fmt.Sprintf("u%d", i), fmt.Sprintf("question number %d, of some ordinary length", i))
+		e.open(b, "/api/chat", http.MethodPost, threadFrame("T", fmt.Sprintf("r%d", i), script{Tokens: 10}, msgs[len(msgs)-2:]...), nil).all()
+	}
+	if h := e.hydrate(b, "/api/chat", "", "threadId", "T"); len(h.Messages) != 200 {
+		b.Fatalf("hydrate holds %d messages, want 200", len(h.Messages))
+	}
+	ctx := context.Background()
+	kv, err := e.store.JetStream().KeyValue(ctx, "wsgateway_threads")
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := kv.Status(ctx)
+	if err != nil {
+		b.Fatal(err)
+	}
+	u := e.http.URL + "/api/chat?threadId=T"
+	b.ResetTimer()
+	for b.Loop() {
+		resp, err := http.Get(u)
+		if err != nil {
+			b.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+	}
+	b.ReportMetric(float64(st.Bytes()), "thread-bytes")
 }
