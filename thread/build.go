@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
+
+	"github.com/wsgateway/wsgateway/protocol"
 )
 
 // This file ports StreamProcessor of @tanstack/ai 0.58.0
@@ -18,24 +21,31 @@ import (
 // project sends; MESSAGES_SNAPSHOT is ported for the message kinds listed at
 // snapshotMessage.
 
-// event is one decoded event; get mirrors restoreInboundChunk, which copies
-// metadata.tanstack's keys to the top level where the event has none.
+// event is one event split into its members (protocol.Fields, reused from
+// event to event); get mirrors restoreInboundChunk, which copies
+// metadata.tanstack's keys to the top level where the event has none. Values
+// alias the event's memory until the next parse: what the builder keeps, it
+// copies (keep).
 type event struct {
-	m        map[string]json.RawMessage
-	tanstack map[string]json.RawMessage
+	f, md, ts protocol.Fields
+	hasTS     bool
 }
 
-func decodeEvent(raw []byte) (event, error) {
-	var e event
-	if err := json.Unmarshal(raw, &e.m); err != nil {
-		return e, err
+func (e *event) parse(raw []byte) error {
+	if err := e.f.Parse(raw); err != nil {
+		return err
 	}
-	e.tanstack = tanstackOf(e.m)
-	return e, nil
+	// tanstackMetadata: value.metadata.tanstack when metadata is an object, else
+	// value.tanstack.
+	if e.f.Object("metadata", &e.md) {
+		e.hasTS = e.md.Object("tanstack", &e.ts)
+	} else {
+		e.hasTS = e.f.Object("tanstack", &e.ts)
+	}
+	return nil
 }
 
-// tanstackOf is tanstackMetadata: value.metadata.tanstack when metadata is an
-// object, else value.tanstack, when that is an object.
+// tanstackOf is tanstackMetadata of a decoded object.
 func tanstackOf(m map[string]json.RawMessage) map[string]json.RawMessage {
 	src := m
 	if md, ok := m["metadata"]; ok && isObject(md) {
@@ -47,19 +57,38 @@ func tanstackOf(m map[string]json.RawMessage) map[string]json.RawMessage {
 	return nil
 }
 
-func (e event) get(key string) (json.RawMessage, bool) {
-	if v, ok := e.m[key]; ok {
+// raw returns a top-level member, nil when absent.
+func (e *event) raw(key string) json.RawMessage { return e.f.Raw(key) }
+
+// tanstack returns a member of metadata.tanstack, nil when absent.
+func (e *event) tanstack(key string) json.RawMessage {
+	if !e.hasTS {
+		return nil
+	}
+	return e.ts.Raw(key)
+}
+
+func (e *event) get(key string) (json.RawMessage, bool) {
+	if v := e.f.Raw(key); v != nil {
 		return v, true
 	}
 	if key == "usage" || key == "interruptErrors" {
 		return nil, false
 	}
-	v, ok := e.tanstack[key]
-	return v, ok
+	v := e.tanstack(key)
+	return v, v != nil
+}
+
+// keep copies a value out of the event's memory.
+func keep(v json.RawMessage) json.RawMessage {
+	if v == nil {
+		return nil
+	}
+	return append(json.RawMessage(nil), v...)
 }
 
 // str returns a string field, and whether it is one.
-func (e event) str(key string) (string, bool) {
+func (e *event) str(key string) (string, bool) {
 	v, ok := e.get(key)
 	if !ok {
 		return "", false
@@ -68,8 +97,11 @@ func (e event) str(key string) (string, bool) {
 }
 
 func asString(v json.RawMessage) (string, bool) {
-	if len(v) == 0 || v[0] != '"' {
+	if len(v) < 2 || v[0] != '"' {
 		return "", false
+	}
+	if body := v[1 : len(v)-1]; bytes.IndexByte(body, '\\') < 0 && utf8.Valid(body) {
+		return string(body), true
 	}
 	var s string
 	if json.Unmarshal(v, &s) != nil {
@@ -143,6 +175,7 @@ type builder struct {
 	hasError          bool
 	isDone            bool
 	last              string            // the type of the last event
+	ev                event             // the event being applied (its memory is reused)
 	interrupts        []json.RawMessage // the last RUN_FINISHED's interrupt outcome
 }
 
@@ -358,13 +391,13 @@ func (b *builder) ensureAssistantMessage(preferred opt) (string, *msgState) {
 
 // apply processes one stored event.
 func (b *builder) apply(raw []byte) error {
-	e, err := decodeEvent(raw)
-	if err != nil {
+	e := &b.ev
+	if err := e.parse(raw); err != nil {
 		return err
 	}
-	typ, _ := e.str("type")
+	typ := e.f.Str("type") // interned: no allocation
 	b.last = typ
-	if ts, ok := e.m["timestamp"]; ok {
+	if ts := e.raw("timestamp"); ts != nil {
 		if ms, err := strconv.ParseFloat(string(ts), 64); err == nil && ms > 0 && ms < 1e15 {
 			b.now = time.UnixMilli(int64(ms)).UTC().Format("2006-01-02T15:04:05.000Z")
 		}
@@ -425,7 +458,7 @@ func (b *builder) deleteRun(id string) {
 	}
 }
 
-func uiRole(e event) string {
+func uiRole(e *event) string {
 	switch r, _ := e.str("role"); r {
 	case "user", "system":
 		return r
@@ -444,7 +477,7 @@ func (b *builder) resetSegment(id string, st *msgState) {
 	}
 }
 
-func (b *builder) textMessageStart(e event) {
+func (b *builder) textMessageStart(e *event) {
 	id, _ := e.str("messageId")
 	role := uiRole(e)
 	if b.pendingManualID != "" {
@@ -471,7 +504,7 @@ func (b *builder) textMessageStart(e event) {
 		} else {
 			b.resetSegment(id, st)
 		}
-		b.mergeMessageMetadata(id, e.m["metadata"])
+		b.mergeMessageMetadata(id, e.raw("metadata"))
 		return
 	}
 	if b.find(id) != nil {
@@ -481,19 +514,19 @@ func (b *builder) textMessageStart(e event) {
 		} else {
 			b.resetSegment(id, st)
 		}
-		b.mergeMessageMetadata(id, e.m["metadata"])
+		b.mergeMessageMetadata(id, e.raw("metadata"))
 		return
 	}
 	b.msgs = append(b.msgs, Message{ID: id, Role: role, Parts: []Part{}, CreatedAt: b.now})
 	b.createMessageState(id, role)
 	b.addActive(id)
-	b.mergeMessageMetadata(id, e.m["metadata"])
+	b.mergeMessageMetadata(id, e.raw("metadata"))
 }
 
-func (b *builder) textMessageContent(e event) {
+func (b *builder) textMessageContent(e *event) {
 	mid, ok := e.str("messageId")
 	id, st := b.ensureAssistantMessage(opt{mid, ok})
-	b.mergeMessageMetadata(id, e.m["metadata"])
+	b.mergeMessageMetadata(id, e.raw("metadata"))
 	if st.hasToolCallsSinceTextStr && len(st.seg.buf) > 0 {
 		if st.pending() {
 			b.emitTextUpdate(id)
@@ -508,9 +541,9 @@ func (b *builder) textMessageContent(e event) {
 	}
 }
 
-func (b *builder) textMessageEnd(e event) {
+func (b *builder) textMessageEnd(e *event) {
 	id, _ := e.str("messageId")
-	b.mergeMessageMetadata(id, e.m["metadata"])
+	b.mergeMessageMetadata(id, e.raw("metadata"))
 	st := b.state(id)
 	if st == nil || st.isComplete {
 		return
@@ -672,7 +705,7 @@ func (b *builder) updateToolCallPart(id string, tc toolCallPart) {
 	})
 }
 
-func (b *builder) toolCallStart(e event) {
+func (b *builder) toolCallStart(e *event) {
 	target := opt{}
 	if v, ok := e.get("parentMessageId"); ok && !nullish(v) {
 		target.s, target.ok = asString(v)
@@ -686,14 +719,14 @@ func (b *builder) toolCallStart(e event) {
 		return
 	}
 	name, _ := e.str("toolCallName")
-	md := e.m["metadata"]
+	md := keep(e.raw("metadata"))
 	st.toolCalls[callID] = &toolCall{id: callID, name: name, state: "awaiting-input", metadata: md}
 	st.toolCallOrder = append(st.toolCallOrder, callID)
 	b.toolCallToMessage[callID] = id
 	b.updateToolCallPart(id, toolCallPart{id: callID, name: name, state: "awaiting-input", metadata: md})
 }
 
-func (b *builder) toolCallArgs(e event) {
+func (b *builder) toolCallArgs(e *event) {
 	callID, _ := e.str("toolCallId")
 	id := b.toolCallToMessage[callID]
 	if id == "" {
@@ -715,7 +748,7 @@ func (b *builder) toolCallArgs(e event) {
 	b.updateToolCallPart(id, toolCallPart{id: tc.id, name: tc.name, arguments: tc.arguments, state: tc.state})
 }
 
-func (b *builder) toolCallEnd(e event) {
+func (b *builder) toolCallEnd(e *event) {
 	callID, _ := e.str("toolCallId")
 	id := b.toolCallToMessage[callID]
 	if id == "" {
@@ -726,6 +759,7 @@ func (b *builder) toolCallEnd(e event) {
 		return
 	}
 	input, hasInput := e.get("input")
+	input = keep(input)
 	tc := st.toolCalls[callID]
 	if tc == nil || tc.state == "input-complete" {
 		return
@@ -817,7 +851,7 @@ func (b *builder) messageWithCall(callID string, role string) opt {
 	return opt{}
 }
 
-func (b *builder) toolCallResult(e event) {
+func (b *builder) toolCallResult(e *event) {
 	callID, _ := e.str("toolCallId")
 	id, ok := b.toolCallToMessage[callID]
 	if !ok {
@@ -830,10 +864,10 @@ func (b *builder) toolCallResult(e event) {
 	st, _ := e.str("state")
 	isErr := st == "output-error"
 	if !isErr {
-		ts, _ := asString(e.tanstack["state"])
+		ts, _ := asString(e.tanstack("state"))
 		isErr = ts == "output-error"
 	}
-	content := e.m["content"]
+	content := keep(e.raw("content"))
 	var output json.RawMessage
 	if s, ok := asString(content); ok {
 		if output = parseJSON(s); output == nil {
@@ -909,17 +943,17 @@ func (b *builder) updateToolResultPart(id, callID string, content json.RawMessag
 
 // --- runs
 
-func (b *builder) runFinished(e event) {
-	if v, ok := e.m["finishReason"]; ok {
-		b.finishReason = v
+func (b *builder) runFinished(e *event) {
+	if v := e.raw("finishReason"); v != nil {
+		b.finishReason = keep(v)
 	} else {
-		b.finishReason = e.tanstack["finishReason"]
+		b.finishReason = keep(e.tanstack("finishReason"))
 	}
 	id, _ := e.str("runId")
 	b.deleteRun(id)
 	b.interrupts = nil
 	interrupt := false
-	if oc, ok := e.m["outcome"]; ok && isObject(oc) {
+	if oc := e.raw("outcome"); isObject(oc) {
 		o := object(oc)
 		if t, _ := asString(o["type"]); t == "interrupt" {
 			interrupt = true
@@ -982,11 +1016,11 @@ func (b *builder) updateToolCallApproval(id, callID, approvalID string) {
 	})
 }
 
-func (b *builder) runError(e event) {
+func (b *builder) runError(e *event) {
 	b.hasError = true
 	id, _ := e.str("runId")
 	if id == "" {
-		if t, ok := asString(e.tanstack["runId"]); ok {
+		if t, ok := asString(e.tanstack("runId")); ok {
 			id = t
 		}
 	}
@@ -1054,7 +1088,7 @@ func jsSpace(r rune) bool {
 
 // --- reasoning
 
-func (b *builder) stepStarted(e event) {
+func (b *builder) stepStarted(e *event) {
 	step, _ := e.str("stepName")
 	if step == "" {
 		step = b.mint("s")
@@ -1070,7 +1104,7 @@ func (b *builder) stepStarted(e event) {
 	b.pendingThinkingID = step
 }
 
-func (b *builder) stepFinished(e event) {
+func (b *builder) stepFinished(e *event) {
 	sig, _ := e.str("signature")
 	if sig == "" {
 		return
@@ -1091,7 +1125,7 @@ func (b *builder) stepFinished(e event) {
 	b.updateThinkingPart(id, step.s, thinking, sig)
 }
 
-func (b *builder) reasoningContent(e event) {
+func (b *builder) reasoningContent(e *event) {
 	id, st := b.ensureAssistantMessage(b.activeAssistantID())
 	delta, _ := e.str("delta")
 	if b.pendingThinkingID != "" {
@@ -1111,7 +1145,7 @@ func (b *builder) reasoningContent(e event) {
 	b.updateThinkingPart(id, step, st.thinkingSteps[step], st.thinkingStepSignatures[step])
 }
 
-func (b *builder) encryptedValue(e event) {
+func (b *builder) encryptedValue(e *event) {
 	value, _ := e.str("encryptedValue")
 	if value == "" {
 		return
@@ -1170,12 +1204,12 @@ func (b *builder) updateThinkingPart(id, step, content, sig string) {
 
 // --- custom events
 
-func (b *builder) custom(e event) {
+func (b *builder) custom(e *event) {
 	name, _ := e.str("name")
 	if name != "approval-requested" {
 		return
 	}
-	v := object(e.m["value"])
+	v := object(e.raw("value"))
 	if v == nil {
 		return
 	}
@@ -1198,10 +1232,10 @@ func (b *builder) custom(e event) {
 // each converted as aguiSnapshotMessageToUIMessage does, thinking-only messages folded into
 // the next assistant, tool results anchored into the message of their call, calls given
 // their results' output, and a message without metadata keeping the one it had.
-func (b *builder) messagesSnapshot(e event) {
+func (b *builder) messagesSnapshot(e *event) {
 	b.prepareAssistantMessage()
 	var list []json.RawMessage
-	_ = json.Unmarshal(e.m["messages"], &list)
+	_ = json.Unmarshal(e.raw("messages"), &list)
 	prev := b.msgs
 	next := make([]Message, 0, len(list))
 	for _, raw := range list {

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"runtime"
 	"strconv"
+	"sync"
 	"testing"
 
 	"github.com/wsgateway/wsgateway/internal/aguigen"
@@ -57,6 +59,59 @@ func loneSurrogate(log []json.RawMessage) bool {
 	return false
 }
 
+// generated is the generated sequences' stored logs, computed once for the tests of the package.
+type generated struct {
+	logs                 [][]json.RawMessage // accepted, in index order
+	ids                  []string
+	refused, lone, shots int
+}
+
+var (
+	genOnce sync.Once
+	gen     generated
+)
+
+// generatedLogs generates -builder.n sequences of -builder.seed (on every CPU: the
+// generator and the pipeline are most of the package's test time) and keeps the
+// stored logs of those the client accepts, but for lone surrogates.
+func generatedLogs() generated {
+	genOnce.Do(func() {
+		n := *diffN
+		type result struct {
+			log []json.RawMessage
+			ok  bool
+		}
+		results := make([]result, n)
+		var wg sync.WaitGroup
+		workers := runtime.GOMAXPROCS(0)
+		for w := 0; w < workers; w++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for i := w; i < n; i += workers {
+					results[i].log, results[i].ok = storedLog(aguigen.Generate(*diffSeed, i))
+				}
+			}()
+		}
+		wg.Wait()
+		for i, r := range results {
+			switch {
+			case !r.ok:
+				gen.refused++
+			case loneSurrogate(r.log):
+				gen.lone++
+			default:
+				if hasType(r.log, "MESSAGES_SNAPSHOT") {
+					gen.shots++
+				}
+				gen.logs = append(gen.logs, r.log)
+				gen.ids = append(gen.ids, "gen-"+strconv.FormatUint(*diffSeed, 10)+"-"+strconv.Itoa(i))
+			}
+		}
+	})
+	return gen
+}
+
 // TestDifferential builds the transcript of generated runs (internal/aguigen,
 // the sequences of protocol's TestConformance) with Transcript.Finish and with
 // the real StreamProcessor in Node, from the same stored log, and requires
@@ -65,40 +120,32 @@ func loneSurrogate(log []json.RawMessage) bool {
 //
 //	go test ./thread/ -run TestDifferential -v -builder.seed=7 -builder.n=50000
 func TestDifferential(t *testing.T) {
+	g := generatedLogs()
 	type item struct {
-		c   aguigen.Case
+		id  string
 		log []json.RawMessage
 	}
-	var items []item
-	var refused, lone, snapshot int
-	for i := 0; i < *diffN; i++ {
-		c := aguigen.Generate(*diffSeed, i)
-		log, ok := storedLog(c)
-		switch {
-		case !ok:
-			refused++
-			continue
-		case loneSurrogate(log):
-			lone++
-			continue
-		}
-		if hasType(log, "MESSAGES_SNAPSHOT") {
-			snapshot++
-		}
-		items = append(items, item{c, log})
+	items := make([]item, len(g.logs))
+	for i := range g.logs {
+		items[i] = item{g.ids[i], g.logs[i]}
 	}
 	threads := make([]refThread, len(items))
 	for i, it := range items {
-		threads[i] = refThread{ID: it.c.ID, Runs: []refRun{{RunID: "run", Events: it.log}}}
+		threads[i] = refThread{ID: it.id, Runs: []refRun{{RunID: "run", Events: it.log}}}
 	}
-	results := runReference(t, threads)
-	bad := 0
+	wait := startReference(t, threads)
+	built := make([]string, len(items))
 	for i, it := range items {
 		var tr thread.Transcript
 		if err := tr.Finish("run", it.log); err != nil {
-			t.Fatalf("%s: Finish: %v", it.c.ID, err)
+			t.Fatalf("%s: Finish: %v", it.id, err)
 		}
-		got := normalise(t, mustJSON(t, tr.Messages), isServerID)
+		built[i] = normalise(t, mustJSON(t, tr.Messages), isServerID)
+	}
+	results := wait()
+	bad := 0
+	for i, it := range items {
+		got := built[i]
 		want := normalise(t, results[i].Messages, isClientID)
 		if got != want {
 			if bad++; bad <= 3 {
@@ -107,12 +154,12 @@ func TestDifferential(t *testing.T) {
 					b.Write(e)
 					b.WriteByte('\n')
 				}
-				t.Errorf("%s: the transcripts differ %s\nstored log:\n%s", it.c.ID, firstDiff(got, want), b.Bytes())
+				t.Errorf("%s: the transcripts differ %s\nstored log:\n%s", it.id, firstDiff(got, want), b.Bytes())
 			}
 		}
 	}
 	t.Logf("builder: %d/%d stored logs build the client's messages (seed %d; of %d generated sequences, %d refused by the client, %d with lone surrogates not compared; %d of those compared have a MESSAGES_SNAPSHOT)",
-		len(items)-bad, len(items), *diffSeed, *diffN, refused, lone, snapshot)
+		len(items)-bad, len(items), *diffSeed, *diffN, g.refused, g.lone, g.shots)
 	if len(items) < 10000 {
 		t.Errorf("only %d sequences compared, want at least 10000", len(items))
 	}
@@ -125,12 +172,12 @@ func TestDifferential(t *testing.T) {
 // what the builder built (lazily created messages under the client's random
 // ids, reasoning and tool rows, snapshots' messages).
 func TestDifferentialThreads(t *testing.T) {
+	// Every third log of the package's generated ones, in another order than
+	// TestDifferential's, 3000 at most.
+	all := generatedLogs().logs
 	var logs [][]json.RawMessage
-	for i := 0; len(logs) < 3*1000 && i < *diffN; i++ {
-		c := aguigen.Generate(*diffSeed+1, i)
-		if log, ok := storedLog(c); ok && !loneSurrogate(log) {
-			logs = append(logs, log)
-		}
+	for i := len(all) - 1; i >= 0 && len(logs) < 3000; i -= 3 {
+		logs = append(logs, all[i])
 	}
 	var threads []refThread
 	for i := 0; i+3 <= len(logs); i += 3 {
@@ -194,7 +241,7 @@ func compareThreads(t *testing.T, threads []refThread, results []refResult, mode
 			}
 		}
 	}
-	t.Logf("builder: %d/%d threads of three generated runs build the client's messages (seed %d, %s)", len(threads)-bad, len(threads), *diffSeed+1, mode)
+	t.Logf("builder: %d/%d threads of three generated runs build the client's messages (seed %d, %s)", len(threads)-bad, len(threads), *diffSeed, mode)
 }
 
 // lastOnly keeps only the last message of input.

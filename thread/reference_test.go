@@ -33,10 +33,13 @@ type refOp struct {
 	Op         string          `json:"op"` // user | approve | toolResult | truncate
 	ID         string          `json:"id,omitempty"`
 	Content    string          `json:"content,omitempty"`
+	Metadata   json.RawMessage `json:"metadata,omitempty"` // of a user message
 	ApprovalID string          `json:"approvalId,omitempty"`
 	Approved   *bool           `json:"approved,omitempty"`
 	ToolCallID string          `json:"toolCallId,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
+	// InterruptID is the client-tool interrupt a toolResult answers.
+	InterruptID string `json:"interruptId,omitempty"`
 }
 
 type refResult struct {
@@ -50,6 +53,13 @@ type refResult struct {
 // process, and returns one result per thread in order. It fails the test (never
 // skips) when node or the npm packages are missing.
 func runReference(t *testing.T, threads []refThread) []refResult {
+	t.Helper()
+	return startReference(t, threads)()
+}
+
+// startReference starts runReference's Node process and returns at once; the
+// function it returns waits for the results. The test may work meanwhile.
+func startReference(t *testing.T, threads []refThread) func() []refResult {
 	t.Helper()
 	node, err := exec.LookPath("node")
 	if err != nil {
@@ -71,40 +81,45 @@ func runReference(t *testing.T, threads []refThread) []refResult {
 	cmd := exec.Command(node, "tanstack-builder.mjs")
 	cmd.Dir = dir
 	cmd.Stdin = &in
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("node tanstack-builder.mjs: %v; stderr:\n%s", err, stderr.Bytes())
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start node tanstack-builder.mjs: %v", err)
 	}
-	var results []refResult
-	dec := json.NewDecoder(bytes.NewReader(out))
-	for dec.More() {
-		var r refResult
-		if err := dec.Decode(&r); err != nil {
-			t.Fatalf("decode the reference's answer: %v", err)
+	return func() []refResult {
+		t.Helper()
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("node tanstack-builder.mjs: %v; stderr:\n%s", err, stderr.Bytes())
 		}
-		results = append(results, r)
-	}
-	if len(results) != len(threads) {
-		t.Fatalf("the reference answered %d threads, want %d", len(results), len(threads))
-	}
-	for i, r := range results {
-		if r.ID != threads[i].ID {
-			t.Fatalf("the reference answered %q for thread %q", r.ID, threads[i].ID)
+		var results []refResult
+		dec := json.NewDecoder(&out)
+		for dec.More() {
+			var r refResult
+			if err := dec.Decode(&r); err != nil {
+				t.Fatalf("decode the reference's answer: %v", err)
+			}
+			results = append(results, r)
 		}
-		if r.Error != "" {
-			t.Fatalf("the reference failed on %s: %s", r.ID, r.Error)
+		if len(results) != len(threads) {
+			t.Fatalf("the reference answered %d threads, want %d", len(results), len(threads))
 		}
+		for i, r := range results {
+			if r.ID != threads[i].ID {
+				t.Fatalf("the reference answered %q for thread %q", r.ID, threads[i].ID)
+			}
+			if r.Error != "" {
+				t.Fatalf("the reference failed on %s: %s", r.ID, r.Error)
+			}
+		}
+		return results
 	}
-	return results
 }
 
 // Ids the client mints at random (generateMessageId) and the ones the builder
 // mints from the run id.
 var (
 	clientID = regexp.MustCompile(`^msg-[0-9]+-[0-9a-z]*$`)
-	serverID = regexp.MustCompile(`^r[a-z0-9]*-[as][0-9]+$`)
+	serverID = regexp.MustCompile(`^[a-z][a-z0-9]*-[as][0-9]+$`)
 )
 
 // normalise returns messages (JSON) for comparison: createdAt removed, and

@@ -187,7 +187,9 @@ func (t Transcript) MarshalJSON() ([]byte, error) {
 // into t, never overwriting what t knows:
 //
 //   - a message with an unknown id is appended (the client may post the whole transcript,
-//     only its new messages, or only the new one); a known id keeps t's copy;
+//     only its new messages, or only the new one); a known id keeps t's copy; the wire
+//     form carries a message's metadata but for metadata.tanstack, which holds only the
+//     message's createdAt there;
 //   - a list whose last user, system or assistant message is a stored one followed by others
 //     cuts those others (a regenerate);
 //   - resume entries whose payload has a boolean "approved" answer the approval with that
@@ -199,21 +201,8 @@ func (t Transcript) MarshalJSON() ([]byte, error) {
 //     if this run fails.
 func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	var in struct {
-		Messages []struct {
-			ID         string          `json:"id"`
-			Role       string          `json:"role"`
-			Content    json.RawMessage `json:"content"`
-			ToolCallID string          `json:"toolCallId"`
-			ToolCalls  []struct {
-				ID       string `json:"id"`
-				Function struct {
-					Name      string `json:"name"`
-					Arguments string `json:"arguments"`
-				} `json:"function"`
-			} `json:"toolCalls"`
-			Metadata json.RawMessage `json:"metadata"`
-		} `json:"messages"`
-		Resume []struct {
+		Messages []wireMessage `json:"messages"`
+		Resume   []struct {
 			InterruptID string          `json:"interruptId"`
 			Payload     json.RawMessage `json:"payload"`
 		} `json:"resume"`
@@ -282,11 +271,7 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 			continue
 		}
 		msg := Message{ID: m.ID, Role: m.Role, Parts: []Part{}}
-		if md := object(m.Metadata); md != nil {
-			if tanstack := object(md["tanstack"]); tanstack != nil {
-				msg.CreatedAt = coerceCreatedAt(tanstack["createdAt"])
-			}
-		}
+		msg.CreatedAt, msg.Metadata = wireMetadata(m.Metadata)
 		if s, ok := asString(m.Content); ok {
 			if s != "" || m.Role == "user" {
 				msg.Parts = append(msg.Parts, Part{Type: "text", Content: s})
@@ -316,6 +301,47 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	return nil
 }
 
+// wireMessage is a message of a RunAgentInput as @tanstack/ai-client posts it.
+type wireMessage struct {
+	ID         string          `json:"id"`
+	Role       string          `json:"role"`
+	Content    json.RawMessage `json:"content"`
+	ToolCallID string          `json:"toolCallId"`
+	ToolCalls  []wireCall      `json:"toolCalls"`
+	Metadata   json.RawMessage `json:"metadata"`
+}
+
+type wireCall struct {
+	ID       string `json:"id"`
+	Function struct {
+		Name      string `json:"name"`
+		Arguments string `json:"arguments"`
+	} `json:"function"`
+}
+
+// wireMetadata splits a posted message's metadata into the createdAt the client
+// put in metadata.tanstack.createdAt and the message's own metadata (nil when
+// nothing else is left).
+func wireMetadata(raw json.RawMessage) (createdAt string, metadata json.RawMessage) {
+	md := object(raw)
+	if md == nil {
+		return "", nil
+	}
+	if tanstack := object(md["tanstack"]); tanstack != nil {
+		createdAt = coerceCreatedAt(tanstack["createdAt"])
+		delete(tanstack, "createdAt")
+		if len(tanstack) == 0 {
+			delete(md, "tanstack")
+		} else {
+			md["tanstack"] = mustJSON(tanstack)
+		}
+	}
+	if len(md) == 0 {
+		return createdAt, nil
+	}
+	return createdAt, mustJSON(md)
+}
+
 // indexAfter returns the index of the first message with the id after index
 // pos, else of the first one, else -1.
 func (t *Transcript) indexAfter(id string, pos int) int {
@@ -331,13 +357,7 @@ func (t *Transcript) indexAfter(id string, pos int) int {
 // with an unknown id stands for: the message that has one of its tool calls, else the first
 // assistant message after pos with an id Finish minted that no other wire message took; -1
 // when there is none (the message is new).
-func (t *Transcript) lazyCopy(pos int, matched map[int]bool, calls []struct {
-	ID       string `json:"id"`
-	Function struct {
-		Name      string `json:"name"`
-		Arguments string `json:"arguments"`
-	} `json:"function"`
-}) int {
+func (t *Transcript) lazyCopy(pos int, matched map[int]bool, calls []wireCall) int {
 	for _, c := range calls {
 		for i, m := range t.Messages {
 			for _, p := range m.Parts {

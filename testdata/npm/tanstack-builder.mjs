@@ -6,9 +6,11 @@
 // Each input line is one thread, {"id", "runs": [{"runId", "threadId", "before": [op...],
 // "events": [AG-UI event...]}]}. For every run, the driver first applies the ops the client
 // applies between runs (ChatClient's own calls on its processor):
-//   {"op":"user","id","content"}                 addUserMessage (sendMessage)
+//   {"op":"user","id","content"[,"metadata"]}    addUserMessage (sendMessage)
 //   {"op":"approve","approvalId","approved"}     addToolApprovalResponse
-//   {"op":"toolResult","toolCallId","output"}    addToolResult
+//   {"op":"toolResult","toolCallId","output"[,"interruptId"]}
+//                                                addToolResult (and, answering a client-tool
+//                                                interrupt, a resume entry with the output)
 //   {"op":"truncate","id"}                       removeMessagesAfter(index of id) (reload)
 // then records the RunAgentInput the client posts (uiMessagesToWire of the messages, the
 // resume entries of approvals), then prepareAssistantMessage(), processChunk(
@@ -31,7 +33,7 @@ function runThread(thread) {
     for (const op of run.before ?? []) {
       switch (op.op) {
         case 'user':
-          p.addUserMessage(op.content, op.id)
+          p.addUserMessage(op.content, op.id, op.metadata)
           break
         case 'approve':
           p.addToolApprovalResponse(op.approvalId, op.approved)
@@ -39,6 +41,7 @@ function runThread(thread) {
           break
         case 'toolResult':
           p.addToolResult(op.toolCallId, op.output)
+          if (op.interruptId) resume.push({ interruptId: op.interruptId, status: 'resolved', payload: op.output })
           break
         case 'truncate': {
           const i = p.getMessages().findIndex((m) => m.id === op.id)
