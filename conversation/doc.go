@@ -89,6 +89,12 @@
 // the abort comes from another request, the turn's open HTTP streams go on from the log to
 // its RUN_ERROR.
 //
+// With Config.Threads, every run is recorded in its thread (threads.go): as accepted before
+// its turn starts, and finished from its log once the log is closed (threadLog). A GET with a
+// threadId and no runId on an HTTP transport is a hydrate: the thread's messages, active run
+// and pending interrupts as JSON (an unknown or foreign thread is an empty one);
+// Server.ThreadsHandler lists and deletes a principal's threads.
+//
 // AGUI is the framing of AG-UI's own HTTP transport (@ag-ui/client's HttpAgent): SSE without
 // the run.accepted marker, so that a stream starts with RUN_STARTED, or with the bare
 // RUN_ERROR of a refused start, both of which the client's verifier accepts first. The log

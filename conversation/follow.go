@@ -46,7 +46,7 @@ func (s *Server) join(f *follow) error {
 	}
 	ts := &threadSub{followers: map[*follow]struct{}{f: {}}}
 	key := f.key
-	unsubscribe, err := s.cfg.Store.SubscribeThread(key, func(run jetstream.ThreadRun) {
+	unsubscribe, err := s.cfg.Store.SubscribeThread(key, func(run jetstream.Announcement) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if h.subs[key] != ts {
@@ -233,7 +233,7 @@ func (c *conn) follow(threadID string) {
 		c.Deliver("", protocol.AppendRunError(nil, "the thread cannot be followed now", CodeLogUnavailable), time.Time{})
 		return
 	}
-	stop, err := c.srv.cfg.Store.QueryThread(key, threadQueryWait, func(runs []jetstream.ThreadRun) {
+	stop, err := c.srv.cfg.Store.QueryThread(key, threadQueryWait, func(runs []jetstream.Announcement) {
 		for _, run := range runs {
 			f.offer(run)
 		}
@@ -302,7 +302,7 @@ func (c *conn) unfollowAll() {
 
 // offer delivers run unless the socket started it, or delivers or delivered it already
 // (an announcement and a query's answers may all name it).
-func (f *follow) offer(run jetstream.ThreadRun) {
+func (f *follow) offer(run jetstream.Announcement) {
 	c := f.c
 	if run.Origin != "" && run.Origin == c.origin() {
 		return
@@ -353,14 +353,14 @@ func (f *follow) deliver(runID string) {
 }
 
 // runningRuns answers a thread query: the runs of the thread key that this gateway runs.
-func (s *Server) runningRuns(key string) []jetstream.ThreadRun {
+func (s *Server) runningRuns(key string) []jetstream.Announcement {
 	r := &s.turns
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var runs []jetstream.ThreadRun
+	var runs []jetstream.Announcement
 	for _, sl := range r.slots {
 		if sl.thread == key {
-			runs = append(runs, jetstream.ThreadRun{RunID: sl.key.runID, Origin: originOf(sl.owner)})
+			runs = append(runs, jetstream.Announcement{RunID: sl.key.runID, Origin: originOf(sl.owner)})
 		}
 	}
 	return runs

@@ -149,6 +149,8 @@ type envOptions struct {
 	wrap func(conversation.Store) conversation.Store
 	// tokens, if set, authenticates requests (Config.Tokens) instead of X-Principal.
 	tokens conversation.Tokens
+	// retention of run logs (0: the store's default).
+	retention time.Duration
 }
 
 // newEnv starts a gateway. Without a NATS URL it starts an embedded NATS server with
@@ -158,7 +160,11 @@ func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	cfg := jetstream.Config{URLs: o.natsURL, JoinWait: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)}
+	cfg := jetstream.Config{URLs: o.natsURL, JoinWait: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
+		Retention: o.retention}
+	if o.retention != 0 {
+		cfg.DedupWindow = o.retention / 2
+	}
 	if o.natsURL == "" {
 		cfg.DataDir = t.TempDir()
 	}
@@ -176,6 +182,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	srv, err := conversation.New(conversation.Config{
 		Store:                  cs,
+		Threads:                store,
 		Agent:                  testAgent{},
 		Heartbeat:              o.heartbeat,
 		QueueSize:              o.queueSize,
@@ -205,6 +212,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 	mux.Handle("POST /api/runs/{runId}/abort", srv.AbortHandler())
 	mux.Handle("/agui", srv.HTTPHandler(conversation.AGUI))
 	mux.Handle("POST /api/threads/{threadId}/runs", srv.ThreadRunsHandler("/api/chat"))
+	mux.Handle("GET /api/threads", srv.ThreadsHandler())
+	mux.Handle("DELETE /api/threads/{threadId}", srv.ThreadsHandler())
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Config.ReadTimeout, hs.Config.WriteTimeout = o.serverTimeout, o.serverTimeout
 	hs.Start()

@@ -93,6 +93,11 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.abort(w, r, principal)
 		return
 	}
+	// A GET with runId is a join; one with a threadId and no runId is a hydrate.
+	if q := r.URL.Query(); r.Method == http.MethodGet && !q.Has("runId") && q.Has("threadId") {
+		srv.hydrate(w, r, principal, q.Get("threadId"))
+		return
+	}
 	if !srv.hold(principal) {
 		srv.refuseHold(w, r)
 		return

@@ -38,10 +38,10 @@ type Store interface {
 	// QueryThread asks every gateway which runs of a thread run now, which OnThreadQuery
 	// answers (the Server's registry).
 	ThreadKey(principal, threadID string) string
-	Announce(key string, run jetstream.ThreadRun) error
-	SubscribeThread(key string, f func(jetstream.ThreadRun)) (unsubscribe func(), err error)
-	QueryThread(key string, wait time.Duration, f func([]jetstream.ThreadRun)) (stop func(), err error)
-	OnThreadQuery(running func(key string) []jetstream.ThreadRun) error
+	Announce(key string, run jetstream.Announcement) error
+	SubscribeThread(key string, f func(jetstream.Announcement)) (unsubscribe func(), err error)
+	QueryThread(key string, wait time.Duration, f func([]jetstream.Announcement)) (stop func(), err error)
+	OnThreadQuery(running func(key string) []jetstream.Announcement) error
 }
 
 // ErrConfig reports an invalid Config.
@@ -79,6 +79,10 @@ const (
 type Config struct {
 	Store Store
 	Agent turn.Agent
+	// Threads, if set, keeps every run's thread (a run frame's threadId): hydrates on the
+	// HTTP transports' GET ?threadId=, and ThreadsHandler. nil: no threads (a hydrate
+	// answers an empty thread).
+	Threads Threads
 	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
 	// every request is DefaultPrincipal.
 	Principal func(r *http.Request) (string, error)

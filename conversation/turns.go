@@ -239,8 +239,12 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
 	// Followers of the thread learn of the run now that its log exists.
-	if err := srv.cfg.Store.Announce(s.thread, jetstream.ThreadRun{RunID: s.key.runID, Origin: originOf(s.owner)}); err != nil {
+	if err := srv.cfg.Store.Announce(s.thread, jetstream.Announcement{RunID: s.key.runID, Origin: originOf(s.owner)}); err != nil {
 		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
+	}
+	var tlog turn.Log = runLog
+	if srv.cfg.Threads != nil && req.in.ThreadID != "" {
+		tlog = srv.newThreadLog(runLog, s.key.principal, req.in, log)
 	}
 	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened
@@ -248,7 +252,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	t, err := turn.Start(turn.Config{
 		Input:        req.in,
 		Agent:        srv.cfg.Agent,
-		Log:          runLog,
+		Log:          tlog,
 		Sink:         req.sink,
 		Logger:       log,
 		Metrics:      srv.cfg.Metrics,
@@ -260,7 +264,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	})
 	if err != nil {
 		log.Error("starting turn", slog.String(keyErr, err.Error()))
-		runLog.Close(context.WithoutCancel(srv.ctx))
+		tlog.Close(context.WithoutCancel(srv.ctx))
 		srv.turns.end(s)
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}

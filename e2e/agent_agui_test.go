@@ -176,6 +176,18 @@ func readTerminal(ctx context.Context, c *websocket.Conn) ([]map[string]any, err
 // sameEventList fails the test unless got and want hold the same events (as JSON values).
 func sameEventList(tb testing.TB, what string, got, want []map[string]any) {
 	tb.Helper()
+	mask := func(events []map[string]any) []map[string]any {
+		in := make([]any, len(events))
+		for i, e := range events {
+			in[i] = e
+		}
+		out := make([]map[string]any, len(events))
+		for i, e := range maskCreatedAt(in) {
+			out[i] = e.(map[string]any)
+		}
+		return out
+	}
+	got, want = mask(got), mask(want)
 	if reflect.DeepEqual(got, want) {
 		return
 	}

@@ -178,7 +178,9 @@ func TestAGUIHttpAgentReply(t *testing.T) {
 	sameEventList(t, "wire", res.wireEvents(), want)
 	sameEventList(t, "onEvent", res.Events, want)
 	sameWire(t, "the wire and the log after its marker", res.Wire, afterMarker(t, logEnvelopes(t, ctx, gw, spec.RunID)))
-	wantMsgs := []map[string]any{{"id": spec.RunID + ".msg1", "role": "assistant", "content": "You said: " + spec.Text}}
+	// The client keeps the reply start's metadata (its createdAt) on the message.
+	wantMsgs := []map[string]any{{"id": spec.RunID + ".msg1", "role": "assistant", "content": "You said: " + spec.Text,
+		"metadata": want[1]["metadata"]}}
 	sameEventList(t, "newMessages", res.NewMessages, wantMsgs)
 	if len(res.Requests) != 1 || res.Requests[0].Method != "POST" || res.Requests[0].URL != gw.URL+"/agui" || res.Requests[0].LastEventID != nil {
 		t.Errorf("requests = %+v, want one POST %s/agui", res.Requests, gw.URL)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -77,8 +78,11 @@ func TestRunIsolationAcrossGateways(t *testing.T) {
 	}
 }
 
-// maskedEvents returns the events of envelopes (their chunks, byte for byte) with runID
-// replaced, so that two runs of the same demo turn compare equal.
+// createdAtField is a reply start's createdAt (the demo agent's clock at its emit).
+var createdAtField = regexp.MustCompile(`"createdAt":"[^"]*"`)
+
+// maskedEvents returns the events of envelopes (their chunks, byte for byte) with runID and
+// createdAt replaced, so that two runs of the same demo turn compare equal.
 func maskedEvents(tb testing.TB, ws []wire, runID string) []string {
 	tb.Helper()
 	var out []string
@@ -89,7 +93,8 @@ func maskedEvents(tb testing.TB, ws []wire, runID string) []string {
 		if err := json.Unmarshal([]byte(w.Raw), &f); err != nil || f.Chunk == nil {
 			tb.Fatalf("envelope %q: %v", w.Raw, err)
 		}
-		out = append(out, strings.ReplaceAll(string(f.Chunk), runID, "<runId>"))
+		chunk := createdAtField.ReplaceAllString(string(f.Chunk), `"createdAt":"<createdAt>"`)
+		out = append(out, strings.ReplaceAll(chunk, runID, "<runId>"))
 	}
 	return out
 }

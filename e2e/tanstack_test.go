@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"net/url"
 	"reflect"
 	"strings"
@@ -99,16 +100,51 @@ func asTanstackChunk(ev any) any {
 	if ok && m["type"] == "TOOL_CALL_START" && m["toolName"] == nil && m["toolCallName"] != nil {
 		m["toolName"] = m["toolCallName"]
 	}
+	// The client copies metadata.tanstack's fields to the top level (restoreInboundChunk).
+	md, _ := m["metadata"].(map[string]any)
+	ts, _ := md["tanstack"].(map[string]any)
+	for k, v := range ts {
+		if _, set := m[k]; !set {
+			m[k] = v
+		}
+	}
 	return ev
 }
 
-// sameEvents fails the test when got differs from want, showing both sequences.
+// sameEvents fails the test when got differs from want, showing both sequences. A reply
+// start's createdAt (the demo agent's clock at its emit) compares equal to any other valid
+// one.
 func sameEvents(tb testing.TB, what string, got, want []any) {
 	tb.Helper()
+	got, want = maskCreatedAt(got), maskCreatedAt(want)
 	if reflect.DeepEqual(got, want) {
 		return
 	}
 	tb.Errorf("%s: got %d events, want %d\n got: %s\nwant: %s", what, len(got), len(want), lines(got), lines(want))
+}
+
+// maskCreatedAt returns a copy of events where each metadata.tanstack.createdAt that is an
+// ISO 8601 time, and the client's top-level copy of it, read "<createdAt>".
+func maskCreatedAt(events []any) []any {
+	out := make([]any, len(events))
+	for i, ev := range events {
+		out[i] = ev
+		m, _ := ev.(map[string]any)
+		md, _ := m["metadata"].(map[string]any)
+		ts, _ := md["tanstack"].(map[string]any)
+		at, _ := ts["createdAt"].(string)
+		if _, err := time.Parse(time.RFC3339, at); err != nil {
+			continue
+		}
+		c := maps.Clone(m)
+		c["metadata"] = maps.Clone(md)
+		c["metadata"].(map[string]any)["tanstack"] = map[string]any{"createdAt": "<createdAt>"}
+		if c["createdAt"] == at { // the client's copy (asTanstackChunk)
+			c["createdAt"] = "<createdAt>"
+		}
+		out[i] = c
+	}
+	return out
 }
 
 func lines(events []any) string {

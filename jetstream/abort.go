@@ -29,7 +29,7 @@ func (s *Store) OnAbort(f func(principal, runID, origin string)) error {
 // RequestAbort asks every store sharing the stream to abort the principal's run: the one
 // whose process runs it stops it (OnAbort). A request for another principal's run, or for
 // no run, changes nothing. origin is an opaque name of the client that asks (as
-// ThreadRun.Origin, "" for none). It is sent once, at most once delivered, and does not wait.
+// Announcement.Origin, "" for none). It is sent once, at most once delivered, and does not wait.
 func (s *Store) RequestAbort(principal, runID, origin string) error {
 	m := nats.NewMsg(s.cfg.AbortSubject)
 	m.Header.Set(hdrPrincipal, principal)

@@ -25,6 +25,10 @@
 //     receives those announcements (<ThreadPrefix>.<key>); Store.QueryThread asks every store
 //     which runs of a thread run now (<ThreadPrefix>.query), which Store.OnThreadQuery
 //     answers. Core NATS, at most once: a follower subscribes first, then queries.
+//   - Threads (threads.go): Store.AcceptRun records a run accepted in its thread and merges
+//     its input into the transcript (package thread); Store.FinishRun applies the run's log
+//     and records how it ended; Store.Thread, Store.Threads and Store.DeleteThread read, list
+//     and delete a principal's threads (a delete purges its runs' logs and metadata too).
 //
 // # Layout on JetStream
 //
@@ -41,6 +45,14 @@
 // generation's events, or strays that outlived their metadata), "close" ends the log. Run
 // metadata (RunInfo) and leases live in KV buckets keyed by a hash of the runId alone: a
 // runId belongs to at most one principal.
+//
+// Threads live in a third KV bucket (Config.ThreadBucket, TTL Config.ThreadRetention), one
+// value per thread keyed "<hash of the principal>.<hash of principal and threadId>", so that a
+// principal's threads are listed by a key filter and no key reveals a principal or a threadId.
+// A value holds the thread's runs, title, times and transcript; it is written by
+// compare-and-set on its revision (retried on a conflict: two gateways lose no update, a reader
+// never sees half of one). A transcript too large for one message keeps its newest messages
+// that fit (Thread.Dropped counts the others).
 //
 // # Invariants
 //
@@ -90,6 +102,8 @@
 //     replaced from the sequence after the last it delivered when its heartbeats stop, the
 //     server deletes it, it skips a message, or it stays silent for 5 s while the log holds
 //     more. At most 32 consumer creations of a store are in flight.
+//   - The reaper finishes the thread of every run it closes (FinishRun from the closed log),
+//     since the run's producer, which would have, is gone.
 //   - Retention is the stream's MaxAge and the buckets' TTL; a read of an aged-out or unknown
 //     run fails at once with ErrUnknownRun.
 package jetstream

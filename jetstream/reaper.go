@@ -363,7 +363,10 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 			}
 			if m.Header.Get(hdrCtl) == ctlClose {
 				info.State, info.Closed = RunClosed, time.Now().UTC()
-				return s.closeRun(ctx, key, info, e.Revision(), leaseRev)
+				if err := s.closeRun(ctx, key, info, e.Revision(), leaseRev); err != nil {
+					return err
+				}
+				return s.finishReaped(ctx, info)
 			}
 			last = m.Sequence
 			if endsWithTerminal(m) {
@@ -405,6 +408,10 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 		}
 		if f := s.cfg.Metrics.RunReaped; f != nil {
 			f()
+		}
+		// The producer died before it finished the run's thread: its log says how it ended.
+		if err := s.finishReaped(ctx, info); err != nil {
+			return fmt.Errorf("thread: %w", err)
 		}
 		return nil
 	}

@@ -64,11 +64,16 @@ type Config struct {
 	// MetaBucket and LeaseBucket name the KV buckets of run metadata and producer leases
 	// (defaults "wsgateway_runs" and "wsgateway_leases").
 	MetaBucket, LeaseBucket string
+	// ThreadBucket names the KV bucket of threads (default "wsgateway_threads").
+	ThreadBucket string
 	// Replicas of the stream and buckets (default 1).
 	Replicas int
 
 	// Retention is how long logs and metadata are kept (default 24h).
 	Retention time.Duration
+	// ThreadRetention is how long a thread is kept after its last update (default 30 days),
+	// independently of its runs' logs.
+	ThreadRetention time.Duration
 	// DedupWindow is the stream's duplicate window, the horizon of publish retries
 	// (default 30s).
 	DedupWindow time.Duration
@@ -130,6 +135,7 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.ThreadPrefix, "wsgateway.thread")
 	def(&c.MetaBucket, "wsgateway_runs")
 	def(&c.LeaseBucket, "wsgateway_leases")
+	def(&c.ThreadBucket, "wsgateway_threads")
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -137,6 +143,7 @@ func (c Config) withDefaults() (Config, error) {
 		c.Streams = 1
 	}
 	defd(&c.Retention, 24*time.Hour)
+	defd(&c.ThreadRetention, DefaultThreadRetention)
 	defd(&c.DedupWindow, 30*time.Second)
 	defd(&c.PublishTimeout, 5*time.Second)
 	defd(&c.LeaseTTL, 15*time.Second)
@@ -166,7 +173,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("jetstream: replicas %d out of 1..5", c.Replicas)
 	case c.Streams < 1 || c.Streams > maxStreams:
 		return c, fmt.Errorf("jetstream: streams %d out of 1..%d", c.Streams, maxStreams)
-	case c.Retention < 0 || c.DedupWindow < 0 || c.LeaseTTL < 0 || c.ReapInterval < 0 ||
+	case c.Retention < 0 || c.ThreadRetention < 0 || c.DedupWindow < 0 || c.LeaseTTL < 0 || c.ReapInterval < 0 ||
 		c.JoinWait < 0 || c.PublishTimeout < 0:
 		return c, errors.New("jetstream: negative duration in config")
 	case c.DedupWindow > c.Retention:
@@ -178,6 +185,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	return c, nil
 }
+
+// DefaultThreadRetention is how long a thread is kept after its last update by default.
+const DefaultThreadRetention = 30 * 24 * time.Hour
 
 // Defaults of the backlog bounds. A run's 8 MiB holds some seconds of the fastest agent's
 // output (the demo agent at full speed, token events of about 100 bytes): more would only
@@ -219,7 +229,9 @@ type Store struct {
 	js     natsjs.JetStream
 	meta   natsjs.KeyValue
 	leases natsjs.KeyValue
-	log    *slog.Logger
+	// threads holds one value per thread (threads.go).
+	threads natsjs.KeyValue
+	log     *slog.Logger
 
 	ctx    context.Context // canceled by Close: aborts background work and retries
 	cancel context.CancelFunc
@@ -429,11 +441,13 @@ func (s *Store) ensure(ctx context.Context) error {
 	for _, b := range []struct {
 		kv   *natsjs.KeyValue
 		name string
-	}{{&s.meta, s.cfg.MetaBucket}, {&s.leases, s.cfg.LeaseBucket}} {
+		ttl  time.Duration
+	}{{&s.meta, s.cfg.MetaBucket, s.cfg.Retention}, {&s.leases, s.cfg.LeaseBucket, s.cfg.Retention},
+		{&s.threads, s.cfg.ThreadBucket, s.cfg.ThreadRetention}} {
 		*b.kv, err = s.js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
 			Bucket:   b.name,
 			History:  1,
-			TTL:      s.cfg.Retention,
+			TTL:      b.ttl,
 			Storage:  natsjs.FileStorage,
 			Replicas: s.cfg.Replicas,
 		})
@@ -461,7 +475,7 @@ func (s *Store) Ready(ctx context.Context) error {
 			return fmt.Errorf("ready: stream: %w", err)
 		}
 	}
-	for _, kv := range []natsjs.KeyValue{s.meta, s.leases} {
+	for _, kv := range []natsjs.KeyValue{s.meta, s.leases, s.threads} {
 		if _, err := kv.Status(ctx); err != nil {
 			return fmt.Errorf("ready: bucket %s: %w", kv.Bucket(), err)
 		}

@@ -9,11 +9,11 @@ import (
 	nats "github.com/nats-io/nats.go"
 )
 
-// ThreadRun is a run of a thread as announcements and thread queries carry it between the
+// Announcement is a run of a thread as announcements and thread queries carry it between the
 // stores sharing the stream: its runId, and Origin, an opaque name the announcing process
 // gave the client that started it ("" for none), so that a process can tell a client its own
 // runs.
-type ThreadRun struct {
+type Announcement struct {
 	RunID  string `json:"runId"`
 	Origin string `json:"origin,omitempty"`
 }
@@ -36,7 +36,7 @@ func (s *Store) querySubject() string { return s.cfg.ThreadPrefix + ".query" }
 
 // Announce tells every store sharing the stream that run of the thread key was accepted
 // (SubscribeThread). It is sent once, at most once delivered, and does not wait.
-func (s *Store) Announce(key string, run ThreadRun) error {
+func (s *Store) Announce(key string, run Announcement) error {
 	b, err := json.Marshal(run)
 	if err == nil {
 		err = s.nc.Publish(s.threadSubject(key), b)
@@ -52,9 +52,9 @@ func (s *Store) Announce(key string, run ThreadRun) error {
 // connection's delivery goroutine: it must not block. A query (QueryThread) sent after
 // SubscribeThread returns reaches the other stores after the subscription: a run is
 // announced to it, or reported by the query, or both.
-func (s *Store) SubscribeThread(key string, f func(ThreadRun)) (unsubscribe func(), err error) {
+func (s *Store) SubscribeThread(key string, f func(Announcement)) (unsubscribe func(), err error) {
 	sub, err := s.nc.Subscribe(s.threadSubject(key), func(m *nats.Msg) {
-		var run ThreadRun
+		var run Announcement
 		if json.Unmarshal(m.Data, &run) == nil && run.RunID != "" {
 			f(run)
 		}
@@ -69,7 +69,7 @@ func (s *Store) SubscribeThread(key string, f func(ThreadRun)) (unsubscribe func
 // included: running returns the runs of the thread key that run in this process (nil for
 // none, which is not answered). It runs on the connection's delivery goroutine: it must not
 // block. The subscription lasts until Close.
-func (s *Store) OnThreadQuery(running func(key string) []ThreadRun) error {
+func (s *Store) OnThreadQuery(running func(key string) []Announcement) error {
 	_, err := s.nc.Subscribe(s.querySubject(), func(m *nats.Msg) {
 		runs := running(m.Header.Get(hdrThread))
 		if len(runs) == 0 || m.Reply == "" {
@@ -90,10 +90,10 @@ func (s *Store) OnThreadQuery(running func(key string) []ThreadRun) error {
 // answers are collected for a bounded time. It returns at once; stop ends the query early.
 // f runs on the connection's delivery goroutine: it must not block. A run may be reported by
 // several answers.
-func (s *Store) QueryThread(key string, wait time.Duration, f func([]ThreadRun)) (stop func(), err error) {
+func (s *Store) QueryThread(key string, wait time.Duration, f func([]Announcement)) (stop func(), err error) {
 	inbox := s.nc.NewInbox()
 	sub, err := s.nc.Subscribe(inbox, func(m *nats.Msg) {
-		var runs []ThreadRun
+		var runs []Announcement
 		if json.Unmarshal(m.Data, &runs) == nil {
 			f(runs)
 		}

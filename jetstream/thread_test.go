@@ -26,13 +26,13 @@ func TestThreadAnnouncementsAndQueries(t *testing.T) {
 		}
 	}
 
-	got := make(chan ThreadRun, 10)
-	unsubscribe, err := b.SubscribeThread(key, func(r ThreadRun) { got <- r })
+	got := make(chan Announcement, 10)
+	unsubscribe, err := b.SubscribeThread(key, func(r Announcement) { got <- r })
 	if err != nil {
 		t.Fatal(err)
 	}
-	foreign := make(chan ThreadRun, 10)
-	unsubForeign, err := b.SubscribeThread(b.ThreadKey("bob", "t1"), func(r ThreadRun) { foreign <- r })
+	foreign := make(chan Announcement, 10)
+	unsubForeign, err := b.SubscribeThread(b.ThreadKey("bob", "t1"), func(r Announcement) { foreign <- r })
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,12 +41,12 @@ func TestThreadAnnouncementsAndQueries(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, s := range []*Store{a, b} {
-		if err := s.Announce(key, ThreadRun{RunID: "r1", Origin: "o1"}); err != nil {
+		if err := s.Announce(key, Announcement{RunID: "r1", Origin: "o1"}); err != nil {
 			t.Fatal(err)
 		}
 		select {
 		case r := <-got:
-			if r != (ThreadRun{RunID: "r1", Origin: "o1"}) {
+			if r != (Announcement{RunID: "r1", Origin: "o1"}) {
 				t.Fatalf("announcement = %+v", r)
 			}
 		case <-time.After(10 * time.Second):
@@ -57,10 +57,10 @@ func TestThreadAnnouncementsAndQueries(t *testing.T) {
 	if err := b.nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	a.Announce(key, ThreadRun{RunID: "r2"})
+	a.Announce(key, Announcement{RunID: "r2"})
 	// A marker on the foreign thread, announced after r2 on the same connection, arrives
 	// after r2 would have.
-	a.Announce(a.ThreadKey("bob", "t1"), ThreadRun{RunID: "marker"})
+	a.Announce(a.ThreadKey("bob", "t1"), Announcement{RunID: "marker"})
 	select {
 	case r := <-foreign:
 		if r.RunID != "marker" {
@@ -74,10 +74,10 @@ func TestThreadAnnouncementsAndQueries(t *testing.T) {
 	}
 
 	for i, s := range []*Store{a, b} {
-		run := ThreadRun{RunID: []string{"ra", "rb"}[i]}
-		if err := s.OnThreadQuery(func(k string) []ThreadRun {
+		run := Announcement{RunID: []string{"ra", "rb"}[i]}
+		if err := s.OnThreadQuery(func(k string) []Announcement {
 			if k == key {
-				return []ThreadRun{run}
+				return []Announcement{run}
 			}
 			return nil
 		}); err != nil {
@@ -85,8 +85,8 @@ func TestThreadAnnouncementsAndQueries(t *testing.T) {
 		}
 		s.nc.Flush()
 	}
-	answers := make(chan []ThreadRun, 10)
-	if _, err := a.QueryThread(key, 5*time.Second, func(rs []ThreadRun) { answers <- rs }); err != nil {
+	answers := make(chan []Announcement, 10)
+	if _, err := a.QueryThread(key, 5*time.Second, func(rs []Announcement) { answers <- rs }); err != nil {
 		t.Fatal(err)
 	}
 	var ids []string
@@ -104,7 +104,7 @@ func TestThreadAnnouncementsAndQueries(t *testing.T) {
 	if !slices.Equal(ids, []string{"ra", "rb"}) {
 		t.Fatalf("answers = %v, want ra and rb", ids)
 	}
-	stop, err := b.QueryThread(b.ThreadKey("bob", "t1"), time.Second, func(rs []ThreadRun) { answers <- rs })
+	stop, err := b.QueryThread(b.ThreadKey("bob", "t1"), time.Second, func(rs []Announcement) { answers <- rs })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -23,13 +23,30 @@
 //	                          emit in whole milliseconds since the Unix epoch, rounded down,
 //	                          and, but on chunks, "metadata":{"emitMicros":…}, the same
 //	                          in microseconds
+//	approval (bool)           after the reply, a get_weather tool call that needs the user's
+//	                          approval: the run ends RUN_FINISHED with an interrupt outcome,
+//	                          one interrupt {id "<call id>.approval", reason
+//	                          "approval_required", toolCallId, metadata {kind "approval",
+//	                          toolName, input}} (the shape @tanstack/ai-client answers)
 //
-// Each run of the turn is: RUN_STARTED{threadId, runId} (the frame's), the reasoning span, the
-// tool call, the reply message, RUN_FINISHED{threadId, runId}. Ids derive from the runId and
-// the run's number k (from 1), so the events of a frame are predictable:
-// "<runId>.reasoning<k>" (span), "<runId>.thought<k>" (reasoning message), "<runId>.call<k>"
-// (tool call), "<runId>.msg<k>" (reply). The events carry no timestamp unless timestamps is
-// set. AG-UI 1.0 requires an integer timestamp (a fraction is a schema error), hence whole
+// Each run of the turn is: RUN_STARTED{threadId, runId} (the frame's), TEXT_MESSAGE_START of
+// the reply, the reasoning span, the tool call, the reply's content and TEXT_MESSAGE_END,
+// RUN_FINISHED{threadId, runId}. The reply starts first so that a client rebuilding the run
+// from a replay (a reload mid-turn) has a message to put the reasoning in. With chunked, the
+// reply is chunks after the reasoning and the tool call. Ids derive from the runId and the
+// run's number k (from 1), so the events of a frame are predictable: "<runId>.reasoning<k>"
+// (span), "<runId>.thought<k>" (reasoning message), "<runId>.call<k>" (tool call),
+// "<runId>.msg<k>" (reply). Every TEXT_MESSAGE_START carries
+// "metadata":{"tanstack":{"createdAt":…}}, the time of its emit as an ISO 8601 string in
+// milliseconds (UTC), which @tanstack/ai-client takes as the message's createdAt. The events
+// carry no timestamp unless timestamps is set.
+//
+// A run frame whose resume answers an approval (resume[0].interruptId, as the approval run
+// named it; parentRunId the paused run) is a continuation: RUN_STARTED{threadId, runId,
+// parentRunId}, then, when resume[0] is resolved with payload.approved true, a
+// TOOL_CALL_RESULT of the approved call ("<runId>.result1") and the reply "Approved: it is 18
+// °C in Paris."; otherwise the reply "Declined: I did not check the weather."; then
+// RUN_FINISHED. The options apply to it as to any turn, approval excepted. AG-UI 1.0 requires an integer timestamp (a fraction is a schema error), hence whole
 // milliseconds: a client measuring emit-to-receipt latency from it would over-estimate by up
 // to one millisecond, so the microseconds go in the event's metadata, which AG-UI leaves to
 // the application. Chunks carry no metadata: a chunk's metadata changes what it expands
@@ -93,6 +110,7 @@ type Options struct {
 	Fail       string `json:"fail,omitempty"`
 	Invalid    bool   `json:"invalid,omitempty"`
 	Timestamps bool   `json:"timestamps,omitempty"`
+	Approval   bool   `json:"approval,omitempty"`
 }
 
 // Agent is the demo agent. The zero value is ready to use and safe for concurrent turns.
@@ -110,6 +128,9 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 		return err
 	}
 	s := newScript(in.ThreadID, in.RunID, lastUserText(in), opts)
+	if len(in.Resume) > 0 {
+		s.answer = answerOf(in)
+	}
 	if opts.Fail == "start" {
 		return fmt.Errorf("%w at start", ErrInjected)
 	}
@@ -133,6 +154,9 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 		var at time.Time
 		if opts.Timestamps {
 			at = time.Now()
+		}
+		if ev.typ == "TEXT_MESSAGE_START" {
+			ev.createdAt = time.Now().UTC().Format(isoMillis)
 		}
 		buf = ev.appendJSON(buf[:0], at)
 		if err := emit(buf); err != nil {
@@ -260,11 +284,46 @@ func splitWords(s string) []string {
 	return out
 }
 
+// isoMillis is the layout of createdAt.
+const isoMillis = "2006-01-02T15:04:05.000Z07:00"
+
+// answer is the approval a continuation run answers.
+type answer struct {
+	parentRunID string
+	callID      string // the call the approval was asked for
+	approved    bool
+}
+
+// answerOf reads the first resume entry of a continuation run.
+func answerOf(in *protocol.RunAgentInput) *answer {
+	r := in.Resume[0]
+	var p struct {
+		Approved bool `json:"approved"`
+	}
+	json.Unmarshal(r.Payload, &p)
+	return &answer{parentRunID: in.ParentRunID, callID: strings.TrimSuffix(r.InterruptID, approvalSuffix),
+		approved: r.Status == "resolved" && p.Approved}
+}
+
+// approvalSuffix makes an approval's interrupt id from its tool call's id.
+const approvalSuffix = ".approval"
+
+// Texts of a continuation run, and the approved call's result.
+const (
+	approvedText = "Approved: it is 18 °C in Paris."
+	declinedText = "Declined: I did not check the weather."
+	toolResult   = `{"city":"Paris","unit":"celsius","temperature":18}`
+)
+
+// toolInput is the tool call's arguments, decoded (toolArgs joined).
+var toolInput = strings.Join(toolArgs, "")
+
 // script is the sequence of events of one turn, without the injected failure or violation.
 type script struct {
 	threadID, runID string
 	opts            Options
 	userText        string
+	answer          *answer // the approval a continuation run answers; nil for another run
 }
 
 func newScript(threadID, runID, userText string, opts Options) *script {
@@ -281,6 +340,18 @@ func (s *script) runs() int {
 // deltas yields the reply's content events of message msg, generated lazily (tokens may be
 // large): delta i of tokens is token i, encoded without building its string.
 func (s *script) deltas(typ, msg string, yield func(event) bool) bool {
+	if s.answer != nil {
+		text := declinedText
+		if s.answer.approved {
+			text = approvedText
+		}
+		for _, d := range splitWords(text) {
+			if !yield(event{typ: typ, messageID: msg, delta: d, hasDelta: true}) {
+				return false
+			}
+		}
+		return true
+	}
 	if s.opts.Tokens == nil {
 		for _, d := range reply(s.userText) {
 			if !yield(event{typ: typ, messageID: msg, delta: d, hasDelta: true}) {
@@ -318,40 +389,40 @@ func (s *script) events(yield func(event) bool) {
 // run yields the events of the k-th run of the turn; false when yield stopped it.
 func (s *script) run(k int, yield func(event) bool) bool {
 	id := func(kind string) string { return s.runID + "." + kind + strconv.Itoa(k) }
-	if !yield(event{typ: "RUN_STARTED", threadID: s.threadID, runID: s.runID}) {
+	started := event{typ: "RUN_STARTED", threadID: s.threadID, runID: s.runID}
+	if s.answer != nil {
+		started.parentRunID = s.answer.parentRunID
+	}
+	if !yield(started) {
+		return false
+	}
+	msg := id("msg")
+	if !s.opts.Chunked && !yield(event{typ: "TEXT_MESSAGE_START", messageID: msg, role: "assistant"}) {
 		return false
 	}
 	if s.opts.Reasoning {
-		span, msg := id("reasoning"), id("thought")
+		span, thought := id("reasoning"), id("thought")
 		if !yield(event{typ: "REASONING_START", messageID: span}) ||
-			!yield(event{typ: "REASONING_MESSAGE_START", messageID: msg, role: "reasoning"}) {
+			!yield(event{typ: "REASONING_MESSAGE_START", messageID: thought, role: "reasoning"}) {
 			return false
 		}
 		for _, d := range splitWords(reasoningText) {
-			if !yield(event{typ: "REASONING_MESSAGE_CONTENT", messageID: msg, delta: d, hasDelta: true}) {
+			if !yield(event{typ: "REASONING_MESSAGE_CONTENT", messageID: thought, delta: d, hasDelta: true}) {
 				return false
 			}
 		}
-		if !yield(event{typ: "REASONING_MESSAGE_END", messageID: msg}) ||
+		if !yield(event{typ: "REASONING_MESSAGE_END", messageID: thought}) ||
 			!yield(event{typ: "REASONING_END", messageID: span}) {
 			return false
 		}
 	}
-	if s.opts.ToolCall {
-		call := id("call")
-		if !yield(event{typ: "TOOL_CALL_START", toolCallID: call, toolCallName: ToolName}) {
-			return false
-		}
-		for _, d := range toolArgs {
-			if !yield(event{typ: "TOOL_CALL_ARGS", toolCallID: call, delta: d, hasDelta: true}) {
-				return false
-			}
-		}
-		if !yield(event{typ: "TOOL_CALL_END", toolCallID: call}) {
-			return false
-		}
+	if s.opts.ToolCall && !s.toolCall(id("call"), yield) {
+		return false
 	}
-	msg := id("msg")
+	if a := s.answer; a != nil && a.approved && k == 1 &&
+		!yield(event{typ: "TOOL_CALL_RESULT", messageID: id("result"), toolCallID: a.callID, content: toolResult, role: "tool"}) {
+		return false
+	}
 	if s.opts.Chunked {
 		// The first chunk carries the role; a reply without deltas is one chunk with the role.
 		first := true
@@ -364,20 +435,50 @@ func (s *script) run(k int, yield func(event) bool) bool {
 		if !ok || first && !yield(event{typ: "TEXT_MESSAGE_CHUNK", messageID: msg, role: "assistant"}) {
 			return false
 		}
-	} else {
-		if !yield(event{typ: "TEXT_MESSAGE_START", messageID: msg, role: "assistant"}) ||
-			!s.deltas("TEXT_MESSAGE_CONTENT", msg, yield) ||
-			!yield(event{typ: "TEXT_MESSAGE_END", messageID: msg}) {
+	} else if !s.deltas("TEXT_MESSAGE_CONTENT", msg, yield) || !yield(event{typ: "TEXT_MESSAGE_END", messageID: msg}) {
+		return false
+	}
+	finished := event{typ: "RUN_FINISHED", threadID: s.threadID, runID: s.runID}
+	if s.opts.Approval && s.answer == nil && k == s.runs() {
+		// The last run asks for approval of a tool call; the turn's earlier runs do not.
+		call := id("approval-call")
+		if !s.toolCall(call, yield) {
+			return false
+		}
+		finished.outcome = approvalOutcome(call)
+	}
+	return yield(finished)
+}
+
+// toolCall yields a get_weather call with its arguments in several deltas.
+func (s *script) toolCall(call string, yield func(event) bool) bool {
+	if !yield(event{typ: "TOOL_CALL_START", toolCallID: call, toolCallName: ToolName}) {
+		return false
+	}
+	for _, d := range toolArgs {
+		if !yield(event{typ: "TOOL_CALL_ARGS", toolCallID: call, delta: d, hasDelta: true}) {
 			return false
 		}
 	}
-	return yield(event{typ: "RUN_FINISHED", threadID: s.threadID, runID: s.runID})
+	return yield(event{typ: "TOOL_CALL_END", toolCallID: call})
+}
+
+// approvalOutcome is the interrupt outcome asking to approve call.
+func approvalOutcome(call string) string {
+	b, _ := json.Marshal(map[string]any{"type": "interrupt", "interrupts": []any{map[string]any{
+		"id": call + approvalSuffix, "reason": "approval_required", "toolCallId": call,
+		"metadata": map[string]any{"kind": "approval", "toolName": ToolName, "input": json.RawMessage(toolInput)},
+	}}})
+	return string(b)
 }
 
 // event is one AG-UI event the demo emits. appendJSON writes the fields in this order and
 // leaves out the empty ones.
 type event struct {
-	typ, threadID, runID, messageID, role, toolCallID, toolCallName string
+	typ, threadID, runID, parentRunID, messageID, role, toolCallID, toolCallName, content string
+
+	outcome   string // RUN_FINISHED's outcome, JSON; "" for none
+	createdAt string // TEXT_MESSAGE_START's metadata.tanstack.createdAt; "" for none
 
 	hasDelta bool   // the event has a delta: delta, or "t<token> " when token > 0
 	delta    string // the delta's text when token is 0
@@ -390,8 +491,9 @@ func (e *event) appendJSON(b []byte, at time.Time) []byte {
 	b = append(b, `{"type":`...)
 	b = appendString(b, e.typ)
 	for _, f := range [...]struct{ key, val string }{
-		{`,"threadId":`, e.threadID}, {`,"runId":`, e.runID}, {`,"messageId":`, e.messageID},
-		{`,"role":`, e.role}, {`,"toolCallId":`, e.toolCallID}, {`,"toolCallName":`, e.toolCallName},
+		{`,"threadId":`, e.threadID}, {`,"runId":`, e.runID}, {`,"parentRunId":`, e.parentRunID},
+		{`,"messageId":`, e.messageID}, {`,"role":`, e.role}, {`,"toolCallId":`, e.toolCallID},
+		{`,"toolCallName":`, e.toolCallName}, {`,"content":`, e.content},
 	} {
 		if f.val != "" {
 			b = append(b, f.key...)
@@ -407,14 +509,30 @@ func (e *event) appendJSON(b []byte, at time.Time) []byte {
 		b = append(b, `,"delta":`...)
 		b = appendString(b, e.delta)
 	}
+	if e.outcome != "" {
+		b = append(b, `,"outcome":`...)
+		b = append(b, e.outcome...)
+	}
+	micros := !at.IsZero() && !strings.HasSuffix(e.typ, "_CHUNK")
 	if !at.IsZero() {
 		b = append(b, `,"timestamp":`...)
 		b = strconv.AppendInt(b, at.UnixMilli(), 10)
-		if !strings.HasSuffix(e.typ, "_CHUNK") {
-			b = append(b, `,"metadata":{"emitMicros":`...)
-			b = strconv.AppendInt(b, at.UnixMicro(), 10)
+	}
+	if micros || e.createdAt != "" {
+		b = append(b, `,"metadata":{`...)
+		if e.createdAt != "" {
+			b = append(b, `"tanstack":{"createdAt":`...)
+			b = appendString(b, e.createdAt)
 			b = append(b, '}')
+			if micros {
+				b = append(b, ',')
+			}
 		}
+		if micros {
+			b = append(b, `"emitMicros":`...)
+			b = strconv.AppendInt(b, at.UnixMicro(), 10)
+		}
+		b = append(b, '}')
 	}
 	return append(b, '}')
 }

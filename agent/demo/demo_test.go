@@ -57,8 +57,15 @@ const (
 	runFinished = `{"type":"RUN_FINISHED","threadId":"th","runId":"r1"}`
 )
 
-func textStart(k int) string {
-	return fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":"r1.msg%d","role":"assistant"}`, k)
+// textStart is the start of reply k emitted at the start of a synctest bubble (its clock reads
+// 2000-01-01 midnight UTC) plus ms milliseconds.
+func textStart(k int, ms ...int) string {
+	at := 0
+	if len(ms) > 0 {
+		at = ms[0]
+	}
+	return fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":"r1.msg%d","role":"assistant",`+
+		`"metadata":{"tanstack":{"createdAt":"2000-01-01T00:00:00.%03dZ"}}}`, k, at)
 }
 func textContent(k int, d string) string {
 	return fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"r1.msg%d","delta":%q}`, k, d)
@@ -68,7 +75,12 @@ func textEnd(k int) string {
 }
 
 func message(k int, deltas ...string) []string {
-	out := []string{textStart(k)}
+	return append([]string{textStart(k)}, replyOf(k, deltas...)...)
+}
+
+// replyOf is the content and end of reply k.
+func replyOf(k int, deltas ...string) []string {
+	var out []string
 	for _, d := range deltas {
 		out = append(out, textContent(k, d))
 	}
@@ -103,6 +115,17 @@ var (
 		`{"type":"REASONING_MESSAGE_END","messageId":"r1.thought1"}`,
 		`{"type":"REASONING_END","messageId":"r1.reasoning1"}`,
 	}
+	approvalCall = []string{
+		`{"type":"TOOL_CALL_START","toolCallId":"r1.approval-call1","toolCallName":"get_weather"}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.approval-call1","delta":"{\"city\":"}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.approval-call1","delta":"\"Paris\","}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.approval-call1","delta":"\"unit\":\"celsius\""}`,
+		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.approval-call1","delta":"}"}`,
+		`{"type":"TOOL_CALL_END","toolCallId":"r1.approval-call1"}`,
+	}
+	approvalFinished = `{"type":"RUN_FINISHED","threadId":"th","runId":"r1","outcome":{"interrupts":[{"id":"r1.approval-call1.approval",` +
+		`"metadata":{"input":{"city":"Paris","unit":"celsius"},"kind":"approval","toolName":"get_weather"},` +
+		`"reason":"approval_required","toolCallId":"r1.approval-call1"}],"type":"interrupt"}}`
 	toolCall1 = []string{
 		`{"type":"TOOL_CALL_START","toolCallId":"r1.call1","toolCallName":"get_weather"}`,
 		`{"type":"TOOL_CALL_ARGS","toolCallId":"r1.call1","delta":"{\"city\":"}`,
@@ -121,7 +144,7 @@ func TestEvents(t *testing.T) {
 		want []string
 	}{
 		{"default reply", "hello  wide\nworld", "",
-			seq(runStarted, message(1, "You", " said:", " hello", "  wide", "\nworld"), runFinished)},
+			seq(runStarted, textStart(1, 20), replyOf(1, "You", " said:", " hello", "  wide", "\nworld"), runFinished)},
 		{"empty user text", "", `{"intervalMs":0}`,
 			seq(runStarted, message(1, "You", " said: "), runFinished)},
 		{"tokens", "ignored", `{"tokens":3,"intervalMs":0}`,
@@ -136,11 +159,13 @@ func TestEvents(t *testing.T) {
 			`{"type":"TEXT_MESSAGE_CHUNK","messageId":"r1.msg1","role":"assistant"}`,
 			runFinished)},
 		{"reasoning", "x", `{"tokens":1,"reasoning":true,"intervalMs":0}`,
-			seq(runStarted, reasoning1, message(1, "t1 "), runFinished)},
+			seq(runStarted, textStart(1), reasoning1, replyOf(1, "t1 "), runFinished)},
 		{"tool call", "x", `{"tokens":1,"toolCall":true,"intervalMs":0}`,
-			seq(runStarted, toolCall1, message(1, "t1 "), runFinished)},
+			seq(runStarted, textStart(1), toolCall1, replyOf(1, "t1 "), runFinished)},
 		{"reasoning and tool call", "x", `{"tokens":1,"toolCall":true,"reasoning":true,"intervalMs":0}`,
-			seq(runStarted, reasoning1, toolCall1, message(1, "t1 "), runFinished)},
+			seq(runStarted, textStart(1), reasoning1, toolCall1, replyOf(1, "t1 "), runFinished)},
+		{"approval", "x", `{"tokens":1,"approval":true,"intervalMs":0}`,
+			seq(runStarted, message(1, "t1 "), approvalCall, approvalFinished)},
 		{"runs", "x", `{"tokens":1,"runs":3,"intervalMs":0}`, seq(
 			runStarted, message(1, "t1 "), runFinished,
 			runStarted, message(2, "t1 "), runFinished,
@@ -159,6 +184,44 @@ func TestEvents(t *testing.T) {
 				}
 				if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
 					t.Errorf("Run(%q, %s) emitted\n%s\nwant\n%s", tt.text, tt.opts, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+				}
+			})
+		})
+	}
+}
+
+// TestApprovalAnswer: a continuation run whose resume answers the approval replies with the
+// approved call's result, or declines.
+func TestApprovalAnswer(t *testing.T) {
+	for _, tt := range []struct {
+		name, resume string
+		want         []string
+	}{
+		{"approved", `{"interruptId":"r0.approval-call1.approval","status":"resolved","payload":{"approved":true}}`, seq(
+			`{"type":"RUN_STARTED","threadId":"th","runId":"r1","parentRunId":"r0"}`, textStart(1),
+			`{"type":"TOOL_CALL_RESULT","messageId":"r1.result1","role":"tool","toolCallId":"r0.approval-call1",`+
+				`"content":"{\"city\":\"Paris\",\"unit\":\"celsius\",\"temperature\":18}"}`,
+			replyOf(1, "Approved:", " it", " is", " 18", " °C", " in", " Paris."), runFinished)},
+		{"declined", `{"interruptId":"r0.approval-call1.approval","status":"resolved","payload":{"approved":false}}`, seq(
+			`{"type":"RUN_STARTED","threadId":"th","runId":"r1","parentRunId":"r0"}`, textStart(1),
+			replyOf(1, "Declined:", " I", " did", " not", " check", " the", " weather."), runFinished)},
+		{"cancelled", `{"interruptId":"r0.approval-call1.approval","status":"cancelled"}`, seq(
+			`{"type":"RUN_STARTED","threadId":"th","runId":"r1","parentRunId":"r0"}`, textStart(1),
+			replyOf(1, "Declined:", " I", " did", " not", " check", " the", " weather."), runFinished)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				in, err := protocol.DecodeRunAgentInput([]byte(`{"threadId":"th","runId":"r1","parentRunId":"r0","messages":[],` +
+					`"resume":[` + tt.resume + `],"forwardedProps":{"demo":{"intervalMs":0,"approval":true}}}`))
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, err := collect(t, in)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+					t.Errorf("emitted\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
 				}
 			})
 		})
@@ -184,6 +247,8 @@ func TestEventsPassTheVerifier(t *testing.T) {
 		{`{"tokens":3,"reasoning":true,"toolCall":true,"runs":2,"timestamps":true,"intervalMs":0}`, false},
 		{`{"tokens":3,"chunked":true,"timestamps":true,"intervalMs":0}`, false},
 		{`{"tokens":3,"invalid":true,"timestamps":true,"intervalMs":0}`, true},
+		{`{"tokens":3,"approval":true,"runs":2,"timestamps":true,"intervalMs":0}`, false},
+		{`{"tokens":3,"approval":true,"toolCall":true,"reasoning":true,"intervalMs":0}`, false},
 	}
 	for _, tt := range tests {
 		got, err := collect(t, input(t, "hi", tt.opts))
@@ -333,13 +398,15 @@ func TestFail(t *testing.T) {
 		{`{"fail":"middle","tokens":4,"intervalMs":0}`, seq(runStarted, textStart(1), textContent(1, "t1 "), textContent(1, "t2 "))},
 	}
 	for _, tt := range tests {
-		got, err := collect(t, input(t, "x", tt.opts))
-		if !errors.Is(err, ErrInjected) {
-			t.Errorf("Run(%s) error = %v, want ErrInjected", tt.opts, err)
-		}
-		if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
-			t.Errorf("Run(%s) emitted\n%s\nwant\n%s", tt.opts, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
-		}
+		synctest.Test(t, func(t *testing.T) {
+			got, err := collect(t, input(t, "x", tt.opts))
+			if !errors.Is(err, ErrInjected) {
+				t.Errorf("Run(%s) error = %v, want ErrInjected", tt.opts, err)
+			}
+			if strings.Join(got, "\n") != strings.Join(tt.want, "\n") {
+				t.Errorf("Run(%s) emitted\n%s\nwant\n%s", tt.opts, strings.Join(got, "\n"), strings.Join(tt.want, "\n"))
+			}
+		})
 	}
 }
 
@@ -377,7 +444,7 @@ func TestIgnoresOtherForwardedProps(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := seq(runStarted, message(1, "You", " said:", " from", " parts"), runFinished)
+		want := seq(runStarted, textStart(1, 20), replyOf(1, "You", " said:", " from", " parts"), runFinished)
 		if strings.Join(got, "\n") != strings.Join(want, "\n") {
 			t.Errorf("emitted\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 		}
@@ -413,8 +480,13 @@ func TestTimestamps(t *testing.T) {
 				t.Fatalf("%s: %d events ending at %v, want %d spread over time", opts, len(got), at[len(at)-1], len(plain))
 			}
 			for i := range got {
-				want := strings.TrimSuffix(plain[i], "}") + `,"timestamp":` + strconv.FormatInt(at[i].UnixMilli(), 10)
-				if !strings.Contains(plain[i], `_CHUNK"`) {
+				// A reply's start carries its createdAt in the metadata, beside emitMicros.
+				base, createdAt, _ := strings.Cut(plain[i], `,"metadata":{"tanstack":{"createdAt":`)
+				want := strings.TrimSuffix(base, "}") + `,"timestamp":` + strconv.FormatInt(at[i].UnixMilli(), 10)
+				if createdAt != "" {
+					want += `,"metadata":{"tanstack":{"createdAt":"` + at[i].UTC().Format("2006-01-02T15:04:05.000Z") + `"},` +
+						`"emitMicros":` + strconv.FormatInt(at[i].UnixMicro(), 10) + "}"
+				} else if !strings.Contains(plain[i], `_CHUNK"`) {
 					want += `,"metadata":{"emitMicros":` + strconv.FormatInt(at[i].UnixMicro(), 10) + "}"
 				}
 				want += "}"

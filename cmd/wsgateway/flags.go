@@ -35,22 +35,23 @@ const maxReplicas = 5
 
 // serveConfig is the validated command line of `wsgateway serve`.
 type serveConfig struct {
-	addr         string
-	dataDir      string
-	natsURLs     []string // empty: embedded server
-	natsCreds    string
-	natsTLSCA    string
-	natsTLSCert  string
-	natsTLSKey   string
-	replicas     int
-	streams      int
-	agent        string
-	agentURL     string
-	heartbeat    time.Duration
-	idleTimeout  time.Duration
-	leaseTTL     time.Duration
-	retention    time.Duration
-	drainTimeout time.Duration
+	addr            string
+	dataDir         string
+	natsURLs        []string // empty: embedded server
+	natsCreds       string
+	natsTLSCA       string
+	natsTLSCert     string
+	natsTLSKey      string
+	replicas        int
+	streams         int
+	agent           string
+	agentURL        string
+	heartbeat       time.Duration
+	idleTimeout     time.Duration
+	leaseTTL        time.Duration
+	retention       time.Duration
+	threadRetention time.Duration
+	drainTimeout    time.Duration
 	// shutdownTimeout bounds the stop after the drain: the turns' terminals and log closes,
 	// the sockets' last frames and the store's close.
 	shutdownTimeout time.Duration
@@ -212,6 +213,7 @@ var serveFlags = []serveFlag{
 	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing or it follows a thread", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
 	{"lease-ttl", "15s", "producer lease; a run whose gateway died is ended (RUN_ERROR producer_lost) after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
+	{"thread-retention", "720h", "how long a thread (its transcript and list of runs) is kept after its last turn, independently of the runs' logs", durationSetter(func(c *serveConfig) *time.Duration { return &c.threadRetention })},
 	{"drain-timeout", "10s", "on SIGTERM/SIGINT, how long running turns may finish before they are aborted", durationSetter(func(c *serveConfig) *time.Duration { return &c.drainTimeout })},
 	{"shutdown-timeout", "15s", "after --drain-timeout, how long the stopped turns may take to store their terminal and close their logs before the gateway exits anyway (their leases released: a reaper closes those logs)", durationSetter(func(c *serveConfig) *time.Duration { return &c.shutdownTimeout })},
 	{"auth", authNone, "authentication of /ws: none (development: every client is one principal) or jwt (a JSON Web Token; see --jwt-*)", func(c *serveConfig, v string) error {

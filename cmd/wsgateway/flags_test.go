@@ -30,21 +30,22 @@ func TestParseServeDefaults(t *testing.T) {
 		t.Fatalf("parseServe(nil) error: %v", err)
 	}
 	want := serveConfig{
-		addr:         "127.0.0.1:8080",
-		dataDir:      "./data",
-		replicas:     1,
-		streams:      1,
-		agent:        "demo",
-		heartbeat:    30 * time.Second,
-		idleTimeout:  5 * time.Minute,
-		leaseTTL:     15 * time.Second,
-		retention:    24 * time.Hour,
-		drainTimeout: 10 * time.Second,
-		chatPath:     "/api/chat",
-		ndjsonPath:   "/api/chat/ndjson",
-		aguiPath:     "/agui",
-		logFormat:    "auto",
-		logLevel:     "info",
+		addr:            "127.0.0.1:8080",
+		dataDir:         "./data",
+		replicas:        1,
+		streams:         1,
+		agent:           "demo",
+		heartbeat:       30 * time.Second,
+		idleTimeout:     5 * time.Minute,
+		leaseTTL:        15 * time.Second,
+		retention:       24 * time.Hour,
+		threadRetention: 30 * 24 * time.Hour,
+		drainTimeout:    10 * time.Second,
+		chatPath:        "/api/chat",
+		ndjsonPath:      "/api/chat/ndjson",
+		aguiPath:        "/agui",
+		logFormat:       "auto",
+		logLevel:        "info",
 	}
 	want.auth, want.jwtCookie, want.jwtQueryParam = "none", "wsgateway_token", "access_token"
 	want.jwtJWKSRefresh = 15 * time.Minute

@@ -160,17 +160,18 @@ func (g *gateway) openStore(ctx context.Context) error {
 	g.m = metrics.New(g.reg)
 	cfg := g.cfg
 	store, err := jetstream.Open(ctx, jetstream.Config{
-		URLs:      strings.Join(cfg.natsURLs, ","),
-		CredsFile: cfg.natsCreds,
-		TLSCA:     cfg.natsTLSCA,
-		TLSCert:   cfg.natsTLSCert,
-		TLSKey:    cfg.natsTLSKey,
-		DataDir:   cfg.dataDir,
-		Replicas:  cfg.replicas,
-		Streams:   cfg.streams,
-		Retention: cfg.retention,
-		LeaseTTL:  cfg.leaseTTL,
-		Logger:    g.log,
+		URLs:            strings.Join(cfg.natsURLs, ","),
+		CredsFile:       cfg.natsCreds,
+		TLSCA:           cfg.natsTLSCA,
+		TLSCert:         cfg.natsTLSCert,
+		TLSKey:          cfg.natsTLSKey,
+		DataDir:         cfg.dataDir,
+		Replicas:        cfg.replicas,
+		Streams:         cfg.streams,
+		Retention:       cfg.retention,
+		ThreadRetention: cfg.threadRetention,
+		LeaseTTL:        cfg.leaseTTL,
+		Logger:          g.log,
 		// The bounds of what waits to be stored (docs/SECURITY.md).
 		MaxRunBacklog: cfg.maxRunBacklog,
 		MaxBacklog:    cfg.maxBacklog,
@@ -218,6 +219,7 @@ func (g *gateway) build(ctx context.Context) error {
 		EarlyAborts:    cfg.earlyAborts,
 		EarlyAbortTTL:  cfg.earlyAbortTTL,
 		Store:          g.store,
+		Threads:        g.store,
 		Agent:          agent,
 		TurnLimits:     runLimits(cfg),
 		TurnContext:    clientHeaders(cfg.agentForward),
@@ -275,6 +277,8 @@ func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (str
 		joinPath = "/ws"
 	}
 	mux.Handle("POST /api/threads/{threadId}/runs", conv.ThreadRunsHandler(joinPath))
+	mux.Handle("GET /api/threads", conv.ThreadsHandler())
+	mux.Handle("DELETE /api/threads/{threadId}", conv.ThreadsHandler())
 	for path, framing := range map[string]conversation.Framing{cfg.chatPath: conversation.SSE, cfg.ndjsonPath: conversation.NDJSON, cfg.aguiPath: conversation.AGUI} {
 		if path != "" { // the HTTP transports (PROTOCOL.md sections 5 and 6)
 			for _, method := range []string{"POST ", "GET ", "DELETE "} {

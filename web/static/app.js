@@ -2,7 +2,9 @@
 //
 // sessionStorage keeps the thread (its id and every turn shown) and marks a turn that was
 // still running; after a reload the page rejoins such a turn from the start of its log
-// (offset -1) and renders it from scratch, so it is shown once, to its end.
+// (offset -1) and renders it from scratch, so it is shown once, to its end. The side panel
+// lists the threads the server keeps; choosing one shows it as the server has it (from any
+// tab or device), and rejoins its running turn.
 //
 // The page follows its thread: a turn of the thread started elsewhere (another tab on the
 // same thread, another device, a server) streams here too. The thread's id is in the
@@ -10,6 +12,7 @@
 
 import { Conversation } from "./conversation.js";
 import { Status, TurnView } from "./render.js";
+import { deleteThread, hydrate, listThreads } from "./threads.js";
 
 const threadKey = "wsgateway.thread";
 const optionsKey = "wsgateway.demo";
@@ -26,6 +29,7 @@ const connection = $("#connection");
 const options = $("#options");
 const themeToggle = $("#theme-toggle");
 const newThread = $("#new-thread");
+const threadList = $("#thread-list");
 
 /** randomId returns a fresh id with a readable prefix. */
 function randomId(prefix) {
@@ -198,6 +202,7 @@ const conversation = new Conversation({
 		if (view.running) view.finish(Status.error, { message: "the reply ended without a final event", code: "incomplete" });
 		saveThread();
 		refreshComposer();
+		refreshThreads();
 	},
 	onFail(runId, message, code) {
 		const view = views.get(runId);
@@ -286,15 +291,21 @@ stopButton.addEventListener("click", () => {
 	prompt.focus();
 });
 
-newThread.addEventListener("click", () => {
-	for (const view of thread.views) if (view.running) conversation.stop(view.runId);
+/** clearThread forgets the turns shown (their runs go on on the server). */
+function clearThread() {
 	for (const view of thread.views) view.root.remove();
 	thread.views = [];
 	views.clear();
-	setThread(randomId("thread"));
 	empty.hidden = false;
+}
+
+newThread.addEventListener("click", () => {
+	for (const view of thread.views) if (view.running) conversation.stop(view.runId);
+	clearThread();
+	setThread(randomId("thread"));
 	saveThread();
 	refreshComposer();
+	refreshThreads();
 	prompt.focus();
 });
 
@@ -308,6 +319,68 @@ function setThread(threadId) {
 /** threadInAddress returns the thread named by the address (#thread=<id>), or "". */
 function threadInAddress() {
 	return new URLSearchParams(location.hash.slice(1)).get("thread") ?? "";
+}
+
+// ---- threads kept by the server ----
+
+/** showThread shows threadId as the server keeps it, and rejoins its running turn. */
+async function showThread(threadId) {
+	clearThread();
+	thread.threadId = threadId;
+	let hydrated;
+	try {
+		hydrated = await hydrate(threadId);
+	} catch {
+		hydrated = { turns: [] };
+	}
+	if (thread.threadId !== threadId) return; // another thread was chosen meanwhile
+	for (const record of hydrated.turns) addView(TurnView.restore(record));
+	if (hydrated.active) {
+		const view = new TurnView(hydrated.active);
+		addView(view);
+		conversation.join(hydrated.active.runId);
+	}
+	// Followed once its turns are shown: a turn the follow brings again is not shown twice.
+	setThread(threadId);
+	saveThread();
+	refreshComposer();
+	refreshThreads();
+	scrollToEnd();
+}
+
+/** refreshThreads lists the server's threads in the side panel. */
+async function refreshThreads() {
+	let threads;
+	try {
+		threads = await listThreads();
+	} catch {
+		return;
+	}
+	threadList.replaceChildren(
+		...threads.map((t) => {
+			const open = document.createElement("button");
+			open.type = "button";
+			open.className = "thread-open";
+			open.textContent = t.title || "(untitled)";
+			open.title = `Updated ${new Date(t.updatedAt).toLocaleString()}`;
+			if (t.threadId === thread.threadId) open.setAttribute("aria-current", "true");
+			open.addEventListener("click", () => showThread(t.threadId));
+			const remove = document.createElement("button");
+			remove.type = "button";
+			remove.className = "ghost thread-delete";
+			remove.textContent = "Delete";
+			remove.setAttribute("aria-label", `Delete ${t.title || "this chat"}`);
+			remove.addEventListener("click", async () => {
+				await deleteThread(t.threadId).catch(() => {});
+				if (t.threadId === thread.threadId) newThread.click();
+				else refreshThreads();
+			});
+			const item = document.createElement("li");
+			item.dataset.threadId = t.threadId;
+			item.append(open, remove);
+			return item;
+		}),
+	);
 }
 
 // ---- start: restore the thread, rejoin a turn that was running ----
@@ -330,6 +403,7 @@ for (const record of Array.isArray(saved?.turns) ? saved.turns : []) {
 }
 setThread(savedId);
 saveThread();
+refreshThreads();
 refreshComposer();
 scrollToEnd();
 prompt.focus();

@@ -64,6 +64,7 @@ export class TurnView {
 		this.notes = [];
 		/** Live DOM parts of blocks, by block key. */
 		this.parts = new Map();
+		this.roles = new Map(); // role of each started text message
 		this.openSpan = undefined;
 
 		this.body = el("div", { class: "reply-body" });
@@ -113,6 +114,7 @@ export class TurnView {
 	reset() {
 		this.blocks = [];
 		this.parts.clear();
+		this.roles.clear();
 		this.openSpan = undefined;
 		this.body.replaceChildren();
 		this.error = undefined;
@@ -126,13 +128,15 @@ export class TurnView {
 				if (!this.running) this.setStatus(Status.running);
 				break;
 			case "TEXT_MESSAGE_START":
-				this.text(event.messageId, event.role);
+				// The text shows where its first content comes: after the reasoning and tool
+				// calls that an agent sends between a message's start and its text.
+				this.roles.set(event.messageId, event.role);
 				break;
 			case "TEXT_MESSAGE_CONTENT":
-				this.appendText(this.text(event.messageId), event.delta);
+				this.appendText(this.text(event.messageId, this.roles.get(event.messageId)), event.delta);
 				break;
 			case "TEXT_MESSAGE_END":
-				this.text(event.messageId).done = true;
+				this.text(event.messageId, this.roles.get(event.messageId)).done = true;
 				break;
 			case "REASONING_START":
 				this.openSpan = this.reasoning(event.messageId);

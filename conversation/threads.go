@@ -1,0 +1,296 @@
+package conversation
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/protocol"
+	"github.com/wsgateway/wsgateway/thread"
+)
+
+// Threads keeps the principals' threads (THREADS.md sections 1 and 4): *jetstream.Store.
+// Its errors are jetstream's (ErrUnknownThread).
+type Threads interface {
+	// AcceptRun records a newly accepted run in its thread and merges its input.
+	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage) error
+	// FinishRun applies a run's stored events to its thread and records how it ended.
+	FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error
+	// Thread returns the principal's thread; Threads lists them, newest first;
+	// DeleteThread removes one with its runs' logs.
+	Thread(ctx context.Context, principal, threadID string) (*jetstream.Thread, error)
+	Threads(ctx context.Context, principal string) ([]jetstream.ThreadSummary, error)
+	DeleteThread(ctx context.Context, principal, threadID string) error
+	// Snapshot returns what a run's log holds now.
+	Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error)
+}
+
+// threadTimeout bounds a thread update of a turn's start or end, and a hydrate's reads.
+const threadTimeout = 10 * time.Second
+
+// threadLog is a run's log that records the run in its thread: as accepted before the turn
+// starts (so that a hydrate from the run's first event on reports it), and finished before
+// the log closes (so that a hydrate which no longer reports the run as active has its final
+// messages). A log that failed is left to whoever ends it (the reaper, a resubmit). A failed
+// thread update is logged: the turn goes on, and its thread does not show it.
+type threadLog struct {
+	*jetstream.Writer
+	srv                        *Server
+	principal, threadID, runID string
+	log                        *slog.Logger
+}
+
+// newThreadLog records the run of in as accepted in its thread and returns w recording its
+// end.
+func (srv *Server) newThreadLog(w *jetstream.Writer, principal string, in *protocol.RunAgentInput, log *slog.Logger) *threadLog {
+	ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
+	defer cancel()
+	if err := srv.cfg.Threads.AcceptRun(ctx, principal, in.ThreadID, in.RunID, in.JSON()); err != nil {
+		log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
+	}
+	return &threadLog{Writer: w, srv: srv, principal: principal, threadID: in.ThreadID, runID: in.RunID, log: log}
+}
+
+// Close closes the log, then finishes the run's thread from it (at most threadTimeout), so
+// that readers of the log reach its end without waiting for the thread. Until the thread is
+// finished, a hydrate reports the run as active, and a client that joins it replays the
+// closed log.
+func (l *threadLog) Close(ctx context.Context) error {
+	err := l.Writer.Close(ctx)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), threadTimeout)
+		defer cancel()
+		if err := l.finish(fctx); err != nil {
+			l.log.Warn("finishing the run in its thread", slog.String(keyErr, err.Error()))
+		}
+	}
+	return err
+}
+
+func (l *threadLog) finish(ctx context.Context) error {
+	entries, _, err := l.srv.cfg.Threads.Snapshot(ctx, l.principal, l.runID)
+	if err != nil {
+		return err
+	}
+	return l.srv.cfg.Threads.FinishRun(ctx, l.principal, l.threadID, l.runID, jetstream.Events(entries))
+}
+
+// Hydrate answers (THREADS.md section 1).
+type hydrateAnswer struct {
+	Messages   []thread.Message   `json:"messages"`
+	ActiveRun  *runRef            `json:"activeRun"`
+	Interrupts *thread.Interrupts `json:"interrupts"`
+	Page       *pageInfo          `json:"page,omitempty"`
+}
+
+type runRef struct {
+	RunID string `json:"runId"`
+}
+
+type pageInfo struct {
+	Truncated bool   `json:"truncated"`
+	Cursor    string `json:"cursor,omitempty"`
+}
+
+// maxPageLimit caps a hydrate's or a list's limit.
+const maxPageLimit = 500
+
+// pageLimit returns the query's limit, 0 when absent or invalid (everything, no page).
+func pageLimit(r *http.Request) int {
+	n, err := strconv.Atoi(r.URL.Query().Get("limit"))
+	if err != nil || n <= 0 {
+		return 0
+	}
+	return min(n, maxPageLimit)
+}
+
+// hydrate answers GET ?threadId= on the chat paths: the thread's messages, its active run and
+// its pending interrupts. An unknown thread, or another principal's, is an empty one; so is a
+// thread the store cannot read, since the client shows any failure as an empty chat anyway.
+func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, threadID string) {
+	ans := hydrateAnswer{Messages: []thread.Message{}}
+	ctx, cancel := context.WithTimeout(r.Context(), threadTimeout)
+	defer cancel()
+	if t := srv.thread(ctx, principal, threadID); t != nil {
+		if runID := t.ActiveRun(); runID != "" {
+			entries, closed, err := srv.cfg.Threads.Snapshot(ctx, principal, runID)
+			switch {
+			case err == nil && closed:
+				// The run ended and its gateway did not finish its thread (it stopped
+				// meanwhile): finish it here, as it would have.
+				events := jetstream.Events(entries)
+				if err := srv.cfg.Threads.FinishRun(ctx, principal, threadID, runID, events); err != nil {
+					srv.log.Warn("hydrate: finishing an ended run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
+				} else if t = srv.thread(ctx, principal, threadID); t == nil {
+					t = &jetstream.Thread{}
+				}
+			case err == nil:
+				t.Transcript.Messages = t.Transcript.Active(runID, jetstream.Events(entries))
+				ans.ActiveRun = &runRef{runID}
+			case !errors.Is(err, jetstream.ErrUnknownRun):
+				srv.log.Warn("hydrate: reading the active run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
+			}
+		}
+		msgs := t.Transcript.Messages
+		ans.Interrupts = t.Transcript.Interrupts
+		before := r.URL.Query().Get("before")
+		if limit := pageLimit(r); limit > 0 {
+			window, cursor := thread.Page(msgs, limit, before)
+			msgs = window
+			ans.Page = &pageInfo{Truncated: cursor != "", Cursor: cursor}
+			if before != "" { // activeRun and interrupts matter on the first page only
+				ans.ActiveRun, ans.Interrupts = nil, nil
+			}
+		}
+		if msgs != nil {
+			ans.Messages = msgs
+		}
+	}
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// thread returns the principal's thread, nil when it has none (or threads are off, or the
+// store failed: logged).
+func (srv *Server) thread(ctx context.Context, principal, threadID string) *jetstream.Thread {
+	if srv.cfg.Threads == nil || threadID == "" {
+		return nil
+	}
+	t, err := srv.cfg.Threads.Thread(ctx, principal, threadID)
+	if err != nil {
+		if !errors.Is(err, jetstream.ErrUnknownThread) {
+			srv.log.Warn("reading a thread", slog.String(keyErr, err.Error()))
+		}
+		return nil
+	}
+	return t
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// ThreadsHandler returns the handler of GET /api/threads and DELETE /api/threads/{threadId}
+// (THREADS.md section 4), the threadId in the request's path value threadId. A list holds
+// the principal's threads, most recently updated first, limit at a time (?limit=N, at most
+// 500, default 50) before a cursor (?before=C, a page's cursor); a delete answers 204, or 404
+// for a thread the principal does not have.
+func (srv *Server) ThreadsHandler() http.Handler { return http.HandlerFunc(srv.serveThreads) }
+
+// defaultThreadPage is the default limit of a thread list.
+const defaultThreadPage = 50
+
+type threadItem struct {
+	ThreadID  string  `json:"threadId"`
+	Title     string  `json:"title"`
+	CreatedAt string  `json:"createdAt"`
+	UpdatedAt string  `json:"updatedAt"`
+	ActiveRun *runRef `json:"activeRun"`
+}
+
+func (srv *Server) serveThreads(w http.ResponseWriter, r *http.Request) {
+	principal, _, err := srv.identify(r)
+	if err != nil {
+		writeJSONError(w, http.StatusUnauthorized, "unauthorized")
+		return
+	}
+	if !srv.originAllowed(r) {
+		writeJSONError(w, http.StatusForbidden, "origin not allowed")
+		return
+	}
+	if srv.cfg.Threads == nil {
+		writeJSONError(w, http.StatusNotFound, "threads are not kept")
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), threadTimeout)
+	defer cancel()
+	if r.Method == http.MethodDelete {
+		err := srv.cfg.Threads.DeleteThread(ctx, principal, r.PathValue("threadId"))
+		switch {
+		case errors.Is(err, jetstream.ErrUnknownThread):
+			writeJSONError(w, http.StatusNotFound, "unknown thread")
+		case err != nil:
+			srv.log.Warn("deleting a thread", slog.String(keyErr, err.Error()))
+			writeJSONError(w, http.StatusServiceUnavailable, "thread store unavailable")
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+		return
+	}
+	list, err := srv.cfg.Threads.Threads(ctx, principal)
+	if err != nil {
+		srv.log.Warn("listing threads", slog.String(keyErr, err.Error()))
+		writeJSONError(w, http.StatusServiceUnavailable, "thread store unavailable")
+		return
+	}
+	limit := pageLimit(r)
+	if limit == 0 {
+		limit = defaultThreadPage
+	}
+	start := 0
+	if before, ok := decodeThreadCursor(r.URL.Query().Get("before")); ok {
+		start, _ = slices.BinarySearchFunc(list, before, compareSummaries)
+		if start < len(list) && compareSummaries(list[start], before) == 0 {
+			start++
+		}
+	}
+	end := min(start+limit, len(list))
+	items := make([]threadItem, 0, end-start)
+	for _, t := range list[start:end] {
+		it := threadItem{ThreadID: t.ThreadID, Title: t.Title, CreatedAt: isoTime(t.Created), UpdatedAt: isoTime(t.Updated)}
+		if t.ActiveRun != "" {
+			it.ActiveRun = &runRef{t.ActiveRun}
+		}
+		items = append(items, it)
+	}
+	page := pageInfo{Truncated: end < len(list)}
+	if page.Truncated {
+		page.Cursor = encodeThreadCursor(list[end-1])
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Threads []threadItem `json:"threads"`
+		Page    pageInfo     `json:"page"`
+	}{items, page})
+}
+
+func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.000Z07:00") }
+
+// compareSummaries orders threads as Threads lists them: most recently updated first, ties
+// by threadId.
+func compareSummaries(a, b jetstream.ThreadSummary) int {
+	if c := b.Updated.Compare(a.Updated); c != 0 {
+		return c
+	}
+	return strings.Compare(a.ThreadID, b.ThreadID)
+}
+
+// A thread list's cursor is the position of the page's last thread: its update time and id.
+func encodeThreadCursor(t jetstream.ThreadSummary) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(t.Updated.UTC().Format(time.RFC3339Nano) + "\n" + t.ThreadID))
+}
+
+func decodeThreadCursor(c string) (jetstream.ThreadSummary, bool) {
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil || c == "" {
+		return jetstream.ThreadSummary{}, false
+	}
+	at, id, ok := strings.Cut(string(b), "\n")
+	if !ok {
+		return jetstream.ThreadSummary{}, false
+	}
+	ts, err := time.Parse(time.RFC3339Nano, at)
+	if err != nil {
+		return jetstream.ThreadSummary{}, false
+	}
+	return jetstream.ThreadSummary{ThreadID: id, Updated: ts}, true
+}

@@ -1,0 +1,400 @@
+package jetstream
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/thread"
+)
+
+// ErrUnknownThread reports a thread that does not exist for the principal (never created,
+// expired, deleted, or another principal's).
+var ErrUnknownThread = errors.New("jetstream: unknown thread")
+
+// States of a thread's run.
+const (
+	ThreadRunRunning     = "running"     // accepted, no terminal stored yet
+	ThreadRunFinished    = "finished"    // ended with RUN_FINISHED
+	ThreadRunInterrupted = "interrupted" // ended with RUN_FINISHED and an interrupt outcome
+	ThreadRunError       = "error"       // ended with RUN_ERROR (Code says why)
+)
+
+// ThreadRun is one run of a thread, in order of acceptance.
+type ThreadRun struct {
+	RunID   string    `json:"runId"`
+	State   string    `json:"state"`
+	Code    string    `json:"code,omitempty"` // the RUN_ERROR's code
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended,omitzero"`
+}
+
+// Thread is what the store keeps of (principal, threadId): its runs, its title and its
+// transcript, as one KV value.
+type Thread struct {
+	Principal string      `json:"principal"`
+	ThreadID  string      `json:"threadId"`
+	Title     string      `json:"title"`
+	Created   time.Time   `json:"created"`
+	Updated   time.Time   `json:"updated"`
+	Runs      []ThreadRun `json:"runs"`
+	// Dropped counts the oldest messages left out of Transcript so that the value fits in
+	// one NATS message (see ThreadStore's doc).
+	Dropped    int               `json:"dropped,omitempty"`
+	Transcript thread.Transcript `json:"transcript"`
+}
+
+// ActiveRun returns the newest run still running, "" when none.
+func (t *Thread) ActiveRun() string {
+	for i := len(t.Runs) - 1; i >= 0; i-- {
+		if t.Runs[i].State == ThreadRunRunning {
+			return t.Runs[i].RunID
+		}
+	}
+	return ""
+}
+
+func (t *Thread) run(runID string) *ThreadRun {
+	for i := range t.Runs {
+		if t.Runs[i].RunID == runID {
+			return &t.Runs[i]
+		}
+	}
+	return nil
+}
+
+// titleLen is the length of a thread's title, in characters.
+const titleLen = 80
+
+// title returns the text of the transcript's first user message, cut to titleLen characters.
+func title(tr *thread.Transcript) string {
+	for _, m := range tr.Messages {
+		if m.Role != "user" {
+			continue
+		}
+		for _, p := range m.Parts {
+			if p.Type == "text" {
+				s := strings.TrimSpace(p.Content)
+				if utf8.RuneCountInString(s) > titleLen {
+					s = string([]rune(s)[:titleLen])
+				}
+				return s
+			}
+		}
+		return ""
+	}
+	return ""
+}
+
+// threadKey names a thread's value: the hash of its principal, then the hash of the
+// length-delimited principal and threadId, so that a principal's threads share a prefix
+// (Threads lists them) and no key reveals a principal or a threadId.
+func threadKey(principal, threadID string) string {
+	return principalPrefix(principal) + "." + pairKey("thread", principal, threadID)
+}
+
+func principalPrefix(principal string) string {
+	h := sha256.Sum256([]byte("principal\x00" + principal))
+	return keyEncoding.EncodeToString(h[:])
+}
+
+// threadAttempts bounds the compare-and-set attempts of one thread update.
+const threadAttempts = 100
+
+// updateThread applies f to the thread's current value and writes the result if f reports a
+// change, conditionally on the revision it read (created if it read none); on a conflict it
+// reads again and reapplies f. f sees exists false (and a zero Thread) for a missing thread.
+func (s *Store) updateThread(ctx context.Context, principal, threadID string, f func(t *Thread, exists bool) (bool, error)) error {
+	key := threadKey(principal, threadID)
+	for attempt := 0; attempt < threadAttempts; attempt++ {
+		var t Thread
+		var rev uint64
+		e, err := s.threads.Get(ctx, key)
+		switch {
+		case errors.Is(err, natsjs.ErrKeyNotFound):
+		case err != nil:
+			return fmt.Errorf("thread: %w", err)
+		default:
+			if err := json.Unmarshal(e.Value(), &t); err != nil {
+				return fmt.Errorf("thread: %w", err)
+			}
+			rev = e.Revision()
+		}
+		exists := rev != 0 && t.Principal == principal && t.ThreadID == threadID
+		if !exists {
+			t = Thread{}
+		}
+		changed, err := f(&t, exists)
+		if err != nil || !changed {
+			return err
+		}
+		t.Principal, t.ThreadID = principal, threadID
+		b, err := s.encodeThread(&t)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = s.threads.Create(ctx, key, b)
+		} else {
+			_, err = s.threads.Update(ctx, key, b, rev)
+		}
+		if err == nil {
+			return nil
+		}
+		if !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
+			return fmt.Errorf("thread: %w", err)
+		}
+		// Another gateway wrote the thread meanwhile: read it again, after a short random
+		// pause so that writers in step drift apart.
+		if err := s.sleep(ctx, time.Duration(rand.IntN(5*(attempt+1)+1))*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	return errors.New("thread: too many concurrent updates")
+}
+
+// encodeThread marshals t. When that does not fit in one NATS message (the server's max
+// payload less room for headers), the transcript keeps only its newest messages that fit,
+// possibly none (a single message larger than that); Dropped counts the others.
+func (s *Store) encodeThread(t *Thread) ([]byte, error) {
+	limit := int(s.nc.MaxPayload()) - 4096
+	b, err := json.Marshal(t)
+	if err != nil || len(b) <= limit {
+		return b, err
+	}
+	msgs := t.Transcript.Messages
+	t.Transcript.Messages = nil
+	rest, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
+	room := limit - len(rest)
+	keep := len(msgs)
+	for keep > 0 {
+		m, err := json.Marshal(msgs[keep-1])
+		if err != nil {
+			return nil, err
+		}
+		if room -= len(m) + 1; room < 0 {
+			break
+		}
+		keep--
+	}
+	t.Dropped += keep
+	t.Transcript.Messages = slices.Clone(msgs[keep:])
+	b, err = json.Marshal(t)
+	if err == nil && len(b) > limit {
+		return nil, fmt.Errorf("thread: %d bytes without its messages, over the %d a message may hold", len(b), limit)
+	}
+	return b, err
+}
+
+// AcceptRun records a newly accepted run of the principal's thread (state running) and merges
+// its input (RunAgentInput JSON) into the transcript, creating the thread if needed. A run
+// accepted again (a resubmit) is running again.
+func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage) error {
+	return s.updateThread(ctx, principal, threadID, func(t *Thread, exists bool) (bool, error) {
+		now := time.Now().UTC()
+		if !exists {
+			t.Created = now
+		}
+		if err := t.Transcript.Accept(runID, input); err != nil {
+			return false, err
+		}
+		if r := t.run(runID); r != nil {
+			*r = ThreadRun{RunID: runID, State: ThreadRunRunning, Started: now}
+		} else {
+			t.Runs = append(t.Runs, ThreadRun{RunID: runID, State: ThreadRunRunning, Started: now})
+		}
+		if t.Title == "" {
+			t.Title = title(&t.Transcript)
+		}
+		t.Updated = now
+		return true, nil
+	})
+}
+
+// FinishRun applies a run's stored events (its log from the run.accepted marker to its
+// terminal) to its thread's transcript and records how it ended, in one update. It does
+// nothing for a run that the thread does not hold as running (finished already, or its thread
+// deleted).
+func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error {
+	return s.updateThread(ctx, principal, threadID, func(t *Thread, exists bool) (bool, error) {
+		r := t.run(runID)
+		if !exists || r == nil || r.State != ThreadRunRunning {
+			return false, nil
+		}
+		if err := t.Transcript.Finish(runID, events); err != nil {
+			return false, err
+		}
+		r.State, r.Code = endState(events)
+		r.Ended = time.Now().UTC()
+		t.Updated = r.Ended
+		return true, nil
+	})
+}
+
+// endState returns how a run whose log holds events ended.
+func endState(events []json.RawMessage) (state, code string) {
+	for i := len(events) - 1; i >= 0; i-- {
+		var ev struct {
+			Type    string          `json:"type"`
+			Code    string          `json:"code"`
+			Outcome json.RawMessage `json:"outcome"`
+		}
+		if json.Unmarshal(events[i], &ev) != nil {
+			continue
+		}
+		switch ev.Type {
+		case "RUN_FINISHED":
+			var o struct {
+				Type string `json:"type"`
+			}
+			if json.Unmarshal(ev.Outcome, &o) == nil && o.Type == "interrupt" {
+				return ThreadRunInterrupted, ""
+			}
+			return ThreadRunFinished, ""
+		case "RUN_ERROR":
+			return ThreadRunError, ev.Code
+		}
+	}
+	return ThreadRunError, "producer_lost"
+}
+
+// finishReaped finishes the thread of a run the reaper closed, from its log.
+func (s *Store) finishReaped(ctx context.Context, info RunInfo) error {
+	if info.ThreadID == "" {
+		return nil
+	}
+	entries, _, err := s.Snapshot(ctx, info.Principal, info.RunID)
+	if err != nil {
+		return err
+	}
+	return s.FinishRun(ctx, info.Principal, info.ThreadID, info.RunID, Events(entries))
+}
+
+// Events returns the events of entries.
+func Events(entries []Entry) []json.RawMessage {
+	events := make([]json.RawMessage, len(entries))
+	for i, e := range entries {
+		events[i] = e.Event
+	}
+	return events
+}
+
+// Thread returns the principal's thread, or ErrUnknownThread.
+func (s *Store) Thread(ctx context.Context, principal, threadID string) (*Thread, error) {
+	e, err := s.threads.Get(ctx, threadKey(principal, threadID))
+	if errors.Is(err, natsjs.ErrKeyNotFound) {
+		return nil, ErrUnknownThread
+	}
+	if err != nil {
+		return nil, fmt.Errorf("thread: %w", err)
+	}
+	var t Thread
+	if err := json.Unmarshal(e.Value(), &t); err != nil {
+		return nil, fmt.Errorf("thread: %w", err)
+	}
+	if t.Principal != principal || t.ThreadID != threadID {
+		return nil, ErrUnknownThread
+	}
+	return &t, nil
+}
+
+// ThreadSummary is a thread as a list shows it.
+type ThreadSummary struct {
+	ThreadID  string
+	Title     string
+	Created   time.Time
+	Updated   time.Time
+	ActiveRun string // "" when none
+}
+
+// Threads returns the principal's threads, most recently updated first (ties by threadId).
+func (s *Store) Threads(ctx context.Context, principal string) ([]ThreadSummary, error) {
+	w, err := s.threads.Watch(ctx, principalPrefix(principal)+".*", natsjs.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("threads: %w", err)
+	}
+	defer w.Stop()
+	var list []ThreadSummary
+	for {
+		var e natsjs.KeyValueEntry
+		select {
+		case e = <-w.Updates():
+		case <-ctx.Done():
+			return nil, fmt.Errorf("threads: %w", ctx.Err())
+		}
+		if e == nil {
+			break
+		}
+		var t struct {
+			Principal string      `json:"principal"`
+			ThreadID  string      `json:"threadId"`
+			Title     string      `json:"title"`
+			Created   time.Time   `json:"created"`
+			Updated   time.Time   `json:"updated"`
+			Runs      []ThreadRun `json:"runs"`
+		}
+		if json.Unmarshal(e.Value(), &t) != nil || t.Principal != principal {
+			continue
+		}
+		th := Thread{Runs: t.Runs}
+		list = append(list, ThreadSummary{ThreadID: t.ThreadID, Title: t.Title, Created: t.Created, Updated: t.Updated,
+			ActiveRun: th.ActiveRun()})
+	}
+	slices.SortFunc(list, func(a, b ThreadSummary) int {
+		if c := b.Updated.Compare(a.Updated); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ThreadID, b.ThreadID)
+	})
+	return list, nil
+}
+
+// DeleteThread removes the principal's thread and its runs' logs and metadata; a run still
+// running is asked to abort first. It returns ErrUnknownThread for a thread the principal
+// does not have.
+func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) error {
+	t, err := s.Thread(ctx, principal, threadID)
+	if err != nil {
+		return err
+	}
+	if err := s.threads.Purge(ctx, threadKey(principal, threadID)); err != nil {
+		return fmt.Errorf("delete thread: %w", err)
+	}
+	var errs []error
+	for _, r := range t.Runs {
+		if r.State == ThreadRunRunning {
+			errs = append(errs, s.RequestAbort(principal, r.RunID, ""))
+		}
+		info, err := s.lookup(ctx, principal, r.RunID)
+		if err != nil || info.ThreadID != threadID {
+			continue // aged out, or the runId now names a run of another thread
+		}
+		sh, err := s.shard(ctx, info.Stream)
+		if err == nil {
+			subject, _ := sh.subject(principal, r.RunID)
+			err = sh.stream.Purge(ctx, natsjs.WithPurgeSubject(subject))
+		}
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if err := s.meta.Purge(ctx, runKey(r.RunID)); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("delete thread: %w", err)
+	}
+	return nil
+}

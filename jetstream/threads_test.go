@@ -1,0 +1,211 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// turnInput is a run frame's input with one user message.
+func turnInput(threadID, runID, userID, text string) json.RawMessage {
+	return fmt.Appendf(nil, `{"threadId":%q,"runId":%q,"messages":[{"id":%q,"role":"user","content":%q}]}`,
+		threadID, runID, userID, text)
+}
+
+// turnEvents is a run's log: an assistant message answering text, then RUN_FINISHED.
+func turnEvents(threadID, runID, text string) []json.RawMessage {
+	return []json.RawMessage{
+		json.RawMessage(`{"type":"CUSTOM","name":"run.accepted"}`),
+		json.RawMessage(fmt.Sprintf(`{"type":"RUN_STARTED","threadId":%q,"runId":%q}`, threadID, runID)),
+		json.RawMessage(fmt.Sprintf(`{"type":"TEXT_MESSAGE_START","messageId":"a-%s","role":"assistant"}`, runID)),
+		json.RawMessage(fmt.Sprintf(`{"type":"TEXT_MESSAGE_CONTENT","messageId":"a-%s","delta":"re: %s"}`, runID, text)),
+		json.RawMessage(fmt.Sprintf(`{"type":"TEXT_MESSAGE_END","messageId":"a-%s"}`, runID)),
+		json.RawMessage(fmt.Sprintf(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, threadID, runID)),
+	}
+}
+
+// texts returns the thread's messages as "role:text" strings.
+func texts(t *Thread) map[string]string {
+	m := map[string]string{}
+	for _, msg := range t.Transcript.Messages {
+		for _, p := range msg.Parts {
+			if p.Type == "text" {
+				m[msg.ID] = msg.Role + ":" + p.Content
+			}
+		}
+	}
+	return m
+}
+
+// TestThreadTwoGatewaysLoseNothing runs turns of one thread from two stores on one NATS
+// server (two gateways) at once: every run and every message is in the thread afterwards.
+func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
+	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
+	var stores []*Store
+	for range 2 {
+		cfg := testConfig(t)
+		cfg.URLs = ns.ClientURL()
+		stores = append(stores, openStore(t, cfg))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const perStore = 12
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*perStore)
+	for si, s := range stores {
+		for i := range perStore {
+			wg.Go(func() {
+				runID := fmt.Sprintf("run-%d-%d", si, i)
+				text := fmt.Sprintf("hello %d %d", si, i)
+				if err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text)); err != nil {
+					errs <- err
+					return
+				}
+				if err := s.FinishRun(ctx, "alice", "T", runID, turnEvents("T", runID, text)); err != nil {
+					errs <- err
+				}
+			})
+		}
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	th, err := stores[1].Thread(ctx, "alice", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := texts(th)
+	if len(th.Runs) != 2*perStore || len(got) != 4*perStore {
+		t.Fatalf("thread holds %d runs and %d messages, want %d and %d", len(th.Runs), len(got), 2*perStore, 4*perStore)
+	}
+	for si := range stores {
+		for i := range perStore {
+			runID := fmt.Sprintf("run-%d-%d", si, i)
+			text := fmt.Sprintf("hello %d %d", si, i)
+			if got["u-"+runID] != "user:"+text || got["a-"+runID] != "assistant:re: "+text {
+				t.Errorf("run %s: user %q, assistant %q", runID, got["u-"+runID], got["a-"+runID])
+			}
+		}
+	}
+	for _, r := range th.Runs {
+		if r.State != ThreadRunFinished {
+			t.Errorf("run %s is %s, want finished", r.RunID, r.State)
+		}
+	}
+	if th.ActiveRun() != "" {
+		t.Errorf("ActiveRun = %q after every run finished", th.ActiveRun())
+	}
+}
+
+// TestThreadPrincipals: a thread is its principal's only; the list is newest first; a delete
+// removes the thread and its runs' logs.
+func TestThreadPrincipals(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := s.Create(ctx, "alice", "r1", "T1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread")); err != nil {
+		t.Fatal(err)
+	}
+	var evs [][]byte
+	for _, e := range turnEvents("T1", "r1", "first thread") {
+		evs = append(evs, e)
+	}
+	mustAppend(t, w, evs)
+	entries, _, err := s.Snapshot(ctx, "alice", "r1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishRun(ctx, "alice", "T1", "r1", Events(entries)); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread")); err != nil {
+		t.Fatal(err)
+	}
+
+	if _, err := s.Thread(ctx, "bob", "T1"); !errors.Is(err, ErrUnknownThread) {
+		t.Errorf("bob's Thread(T1) = %v, want ErrUnknownThread", err)
+	}
+	if list, err := s.Threads(ctx, "bob"); err != nil || len(list) != 0 {
+		t.Errorf("bob's Threads = %v, %v; want none", list, err)
+	}
+	if err := s.DeleteThread(ctx, "bob", "T1"); !errors.Is(err, ErrUnknownThread) {
+		t.Errorf("bob's DeleteThread(T1) = %v, want ErrUnknownThread", err)
+	}
+	list, err := s.Threads(ctx, "alice")
+	if err != nil || len(list) != 2 || list[0].ThreadID != "T2" || list[1].ThreadID != "T1" {
+		t.Fatalf("alice's Threads = %+v, %v; want T2 then T1", list, err)
+	}
+	if list[0].Title != "second thread" || list[0].ActiveRun != "r2" || list[1].ActiveRun != "" {
+		t.Errorf("alice's Threads = %+v", list)
+	}
+
+	if err := s.DeleteThread(ctx, "alice", "T1"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Thread(ctx, "alice", "T1"); !errors.Is(err, ErrUnknownThread) {
+		t.Errorf("Thread(T1) after delete = %v, want ErrUnknownThread", err)
+	}
+	if _, _, err := s.Snapshot(ctx, "alice", "r1"); !errors.Is(err, ErrUnknownRun) {
+		t.Errorf("Snapshot(r1) after delete = %v, want ErrUnknownRun", err)
+	}
+	if list, err := s.Threads(ctx, "alice"); err != nil || len(list) != 1 || list[0].ThreadID != "T2" {
+		t.Errorf("alice's Threads after delete = %+v, %v; want T2", list, err)
+	}
+}
+
+// TestThreadReaped: a run whose gateway stopped while it ran is finished in its thread by the
+// reaper of another gateway, with its producer_lost error.
+func TestThreadReaped(t *testing.T) {
+	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
+	cfg := testConfig(t)
+	cfg.URLs = ns.ClientURL()
+	a := openStore(t, cfg)
+	cfg.ReapInterval = 200 * time.Millisecond
+	b := openStore(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	w, err := a.Create(ctx, "alice", "r1", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi")); err != nil {
+		t.Fatal(err)
+	}
+	evs := turnEvents("T", "r1", "hi")
+	mustAppend(t, w, [][]byte{evs[0], evs[1], evs[2], evs[3]})
+	a.Close() // the gateway stops mid-run: its lease is released, the log left open
+	for {
+		th, err := b.Thread(ctx, "alice", "T")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r := th.Runs[0]; r.State != ThreadRunRunning {
+			if r.State != ThreadRunError || r.Code != "producer_lost" {
+				t.Fatalf("reaped run = %+v, want error producer_lost", r)
+			}
+			if got := texts(th); got["a-r1"] != "assistant:re: hi" {
+				t.Fatalf("reaped thread's messages = %v, want the partial reply", got)
+			}
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the reaper did not finish the thread")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
