@@ -2,7 +2,7 @@
 // (GET /api/threads, DELETE /api/threads/{id}, GET /api/chat?threadId=; docs/TRANSPORTS.md,
 // "Threads").
 
-import { Status } from "./render.js";
+import { approvalsOf, Status } from "./render.js";
 
 /** listThreads returns the caller's threads, most recently updated first (one page). */
 export async function listThreads() {
@@ -19,15 +19,21 @@ export async function deleteThread(threadId) {
 
 /**
  * hydrate returns the thread's finished turns as TurnView records, and the run still running
- * with its user's message, if any: {turns, active: {runId, user} | undefined}.
+ * with its user's message, if any: {turns, active: {runId, user} | undefined}. The thread's
+ * pending approval, if any, is the approval of the turn that holds its tool call.
  */
 export async function hydrate(threadId) {
 	const response = await fetch(`api/chat?threadId=${encodeURIComponent(threadId)}`, {
 		headers: { Accept: "application/json" },
 	});
 	if (!response.ok) throw new Error(`hydrating the thread: ${response.status}`);
-	const { messages = [], activeRun } = await response.json();
+	const { messages = [], activeRun, interrupts } = await response.json();
 	const turns = turnsOf(messages);
+	const pending = approvalsOf({ type: "interrupt", interrupts: interrupts?.pending });
+	if (pending.length > 0) {
+		const asks = turns.findLast((turn) => turn.blocks.some((b) => b.kind === "tool" && b.id === pending[0].toolCallId)) ?? turns.at(-1);
+		if (asks) asks.approval = { runId: interrupts.runId, interrupts: pending };
+	}
 	let active;
 	if (activeRun?.runId) {
 		// The running turn is rendered again from the start of its log.
