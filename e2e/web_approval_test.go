@@ -122,7 +122,7 @@ func TestWebApprovalAfterReload(t *testing.T) {
 // TestWebApprovalFromAddress: a browser with a new profile opens the thread from the address
 // of the page that asked; the question is shown from the server's thread, and approving it
 // there completes the thread: the first page (which follows the thread) shows the answer
-// given elsewhere, and a third browser sees the thread answered, nothing pending.
+// given elsewhere, and a third browser sees the thread answered (the buttons disabled).
 func TestWebApprovalFromAddress(t *testing.T) {
 	g := startGateway(t)
 	p1 := openPage(t, startBrowser(t), g.URL+"/")
@@ -152,8 +152,34 @@ func TestWebApprovalFromAddress(t *testing.T) {
 	p3 := openPage(t, startBrowser(t), g.URL+"/"+hash)
 	p3.waitFor("the hydrated thread", `document.querySelectorAll("#conversation .turn").length > 0`)
 	got = p3.turn(0)
-	if got.Approval != "" || !strings.HasSuffix(got.Reply, demoApproved) || len(got.Tools) != 1 ||
+	if got.Approval != "Approved" || !strings.HasSuffix(got.Reply, demoApproved) || len(got.Tools) != 1 ||
 		!strings.Contains(got.Tools[0].Result, `"temperature": 18`) {
-		t.Errorf("a third browser shows %+v, want the approved reply and the call's result, nothing pending", got)
+		t.Errorf("a third browser shows %+v, want the approved reply and the call's result, the approval answered", got)
 	}
+}
+
+// TestWebApprovalOpenedWhileAnswering: a browser opens the thread while the answer's
+// continuation runs: it shows the paused turn as answered (Approve and Deny disabled), and the
+// continuation running as a turn of its own, which Stop there stops in both pages.
+func TestWebApprovalOpenedWhileAnswering(t *testing.T) {
+	g := startGateway(t)
+	p1 := openPage(t, startBrowser(t), g.URL+"/")
+	hash := eval[string](p1, `location.hash`)
+	paused := askApproval(t, p1, 0, "open while answering")
+	// The continuation's events after RUN_STARTED are a minute apart: it runs until stopped.
+	p1.setOptions(demoOptions{IntervalMs: "60000"})
+	answer(p1, 0, true)
+	p1.waitStatus(1, "running")
+
+	p2 := openPage(t, startBrowser(t), g.URL+"/"+hash)
+	p2.waitFor("two turns", `document.querySelectorAll("#conversation .turn").length === 2`)
+	if got := p2.turn(1); got.Status != "running" || got.RunID != p1.turn(1).RunID || got.User != "Approved "+demoToolName {
+		t.Errorf("the continuation shows %+v, want it running, a turn of its own", got)
+	}
+	if got := p2.turn(0); got.Reply != paused.Reply || got.User != paused.User || got.Approval != "Approved" {
+		t.Errorf("the paused turn shows %+v, want %q, %q, approval answered", got, paused.User, paused.Reply)
+	}
+	p2.do(chromedp.Click(chromedp.CSS("#stop")))
+	p2.waitStatus(1, "stopped")
+	p1.waitStatus(1, "stopped")
 }
