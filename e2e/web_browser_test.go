@@ -127,9 +127,17 @@ func (p *page) socketURLs() []string {
 
 // runFrame is the part of a RunAgentInput the tests look at.
 type runFrame struct {
-	Type     string `json:"type"` // "abort", "follow", "unfollow"; "" for a run frame
-	ThreadID string `json:"threadId"`
-	RunID    string `json:"runId"`
+	Type        string `json:"type"` // "abort", "follow", "unfollow"; "" for a run frame
+	ThreadID    string `json:"threadId"`
+	RunID       string `json:"runId"`
+	ParentRunID string `json:"parentRunId"`
+	Resume      []struct {
+		InterruptID string `json:"interruptId"`
+		Status      string `json:"status"`
+		Payload     struct {
+			Approved *bool `json:"approved"`
+		} `json:"payload"`
+	} `json:"resume"`
 	Messages []struct {
 		ID         string          `json:"id"`
 		Role       string          `json:"role"`
@@ -241,6 +249,9 @@ type turnState struct {
 	StatusLine string `json:"statusLine"`
 	Note       string `json:"note"`
 	Busy       string `json:"busy"`
+	// Approval is "" (nothing to approve), "pending" (the Approve and Deny buttons enabled) or
+	// the answer shown once they are disabled.
+	Approval string `json:"approval"`
 }
 
 const turnsJS = `Array.from(document.querySelectorAll("#conversation .turn"), (t) => ({
@@ -258,6 +269,8 @@ const turnsJS = `Array.from(document.querySelectorAll("#conversation .turn"), (t
 	statusLine: t.querySelector("[data-role=status]").hidden ? "" : t.querySelector("[data-role=status]").textContent,
 	note: t.querySelector("[data-role=note]").hidden ? "" : t.querySelector("[data-role=note]").textContent,
 	busy: t.querySelector("[data-role=reply]").getAttribute("aria-busy"),
+	approval: ((a) => !a ? "" : !a.querySelector("[data-role=approve]").disabled && !a.querySelector("[data-role=deny]").disabled ? "pending" :
+		a.querySelector("[data-role=approval-answer]").textContent)(t.querySelector("[data-role=approval]")),
 }))`
 
 // turns returns what the page shows of every turn, in order.
@@ -299,8 +312,8 @@ func (p *page) connectionState() string {
 
 // demoOptions fills the options panel as a visitor would.
 type demoOptions struct {
-	Tokens, IntervalMs  string // "" leaves the agent's default
-	ToolCall, Reasoning bool
+	Tokens, IntervalMs            string // "" leaves the agent's default
+	ToolCall, Reasoning, Approval bool
 }
 
 func (p *page) setOptions(o demoOptions) {
@@ -309,7 +322,7 @@ func (p *page) setOptions(o demoOptions) {
 		chromedp.SetValue(chromedp.CSS("#opt-tokens"), o.Tokens),
 		chromedp.SetValue(chromedp.CSS("#opt-interval"), o.IntervalMs),
 	)
-	for sel, want := range map[string]bool{"#opt-tool": o.ToolCall, "#opt-reasoning": o.Reasoning} {
+	for sel, want := range map[string]bool{"#opt-tool": o.ToolCall, "#opt-reasoning": o.Reasoning, "#opt-approval": o.Approval} {
 		if eval[bool](p, fmt.Sprintf(`document.querySelector(%q).checked`, sel)) != want {
 			p.do(chromedp.Click(chromedp.CSS(sel)))
 		}

@@ -17,8 +17,14 @@
 //     and, since the gateway sends nothing more of an aborted turn live, reads the turn's end
 //     (RUN_ERROR aborted) from its log.
 //   - render.js: the AG-UI events of a turn (text messages, reasoning in a collapsed
-//     section, tool calls with arguments and result, RUN_ERROR with message and code), and
-//     the messages of the turn for the next turn's history.
+//     section, tool calls with arguments and result, RUN_ERROR with message and code, a
+//     RUN_FINISHED interrupt outcome asking for approval as Approve and Deny buttons), and
+//     the messages of the turn for the next turn's history. The answer to an approval is a
+//     continuation run frame (a fresh runId, parentRunId the paused run, resume resolving
+//     each interrupt with payload.approved), shown as a turn of its own.
+//   - threads.js: the side panel's thread list, and a thread's turns as the server keeps
+//     them (hydrate), with its pending approval; a thread named by the address that the tab
+//     has not shown yet is shown that way.
 //   - app.js: composer (Enter sends, Shift+Enter adds a line, Escape stops), options panel,
 //     light and dark themes (prefers-color-scheme, and a toggle kept in localStorage), and
 //     sessionStorage: the thread and every turn shown, a running turn marked as such; after

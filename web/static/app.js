@@ -9,6 +9,11 @@
 // The page follows its thread: a turn of the thread started elsewhere (another tab on the
 // same thread, another device, a server) streams here too. The thread's id is in the
 // address (#thread=<id>), so a second tab opened on that address shows the same thread.
+//
+// A turn that ends asking to approve a tool call shows Approve and Deny buttons; the answer
+// is a continuation run (parentRunId the paused run, resume answering its interrupts), shown
+// as a turn of its own. The question survives a reload (sessionStorage) and is shown again
+// from the server's thread (its pending interrupts) in another tab or browser.
 
 import { Conversation } from "./conversation.js";
 import { Status, TurnView } from "./render.js";
@@ -73,14 +78,21 @@ function demoOptions() {
 	if (interval !== "") demo.intervalMs = Math.max(0, Math.trunc(Number(interval)));
 	if (options.elements.toolCall.checked) demo.toolCall = true;
 	if (options.elements.reasoning.checked) demo.reasoning = true;
+	if (options.elements.approval.checked) demo.approval = true;
 	return demo;
 }
 
 function saveOptions() {
-	const { tokens, intervalMs, toolCall, reasoning } = options.elements;
+	const { tokens, intervalMs, toolCall, reasoning, approval } = options.elements;
 	sessionStorage.setItem(
 		optionsKey,
-		JSON.stringify({ tokens: tokens.value, intervalMs: intervalMs.value, toolCall: toolCall.checked, reasoning: reasoning.checked }),
+		JSON.stringify({
+			tokens: tokens.value,
+			intervalMs: intervalMs.value,
+			toolCall: toolCall.checked,
+			reasoning: reasoning.checked,
+			approval: approval.checked,
+		}),
 	);
 }
 
@@ -92,11 +104,12 @@ function loadOptions() {
 		saved = null;
 	}
 	if (!saved) return;
-	const { tokens, intervalMs, toolCall, reasoning } = options.elements;
+	const { tokens, intervalMs, toolCall, reasoning, approval } = options.elements;
 	tokens.value = saved.tokens ?? "";
 	intervalMs.value = saved.intervalMs ?? "";
 	toolCall.checked = Boolean(saved.toolCall);
 	reasoning.checked = Boolean(saved.reasoning);
+	approval.checked = Boolean(saved.approval);
 }
 
 options.addEventListener("input", saveOptions);
@@ -190,6 +203,14 @@ const conversation = new Conversation({
 		if (!view) return;
 		const wasRunning = view.running;
 		view.apply(event);
+		if (event.type === "RUN_STARTED" && typeof event.parentRunId === "string") {
+			// A continuation answers the approval its parent run asked for, here or elsewhere.
+			const paused = thread.views.find((v) => v.approval?.runId === event.parentRunId && v.approval.approved === undefined);
+			if (paused) {
+				paused.answered(null);
+				saveThread();
+			}
+		}
 		if (wasRunning !== view.running) {
 			saveThread();
 			refreshComposer();
@@ -258,6 +279,41 @@ function send(text) {
 	refreshComposer();
 	scrollToEnd();
 }
+
+/**
+ * answerApproval answers what view asks to approve with a continuation run: a new run of the
+ * thread whose parentRunId is the paused run and whose resume resolves each interrupt with
+ * payload.approved.
+ */
+function answerApproval(view, approved) {
+	const { runId: parentRunId, interrupts } = view.approval;
+	const runId = randomId("run");
+	const messages = history();
+	const first = interrupts[0];
+	const toolName = first?.metadata?.toolName ?? view.toolName(first?.toolCallId);
+	const args = view.blocks.find((b) => b.kind === "tool" && b.id === first?.toolCallId)?.args;
+	addView(new TurnView({ runId, user: null, answer: { approved, toolName, toolCallId: first?.toolCallId, args } }));
+	saveThread();
+	conversation.start({
+		threadId: thread.threadId,
+		runId,
+		parentRunId,
+		messages,
+		tools: [],
+		context: [],
+		forwardedProps: { demo: demoOptions() },
+		resume: interrupts.map((i) => ({ interruptId: i.id, status: "resolved", payload: { approved } })),
+	});
+	refreshComposer();
+	scrollToEnd();
+}
+
+log.addEventListener("approval", (event) => {
+	const { view, approved } = event.detail;
+	if (runningView()) return; // one turn at a time: the question stays open until it ends
+	view.answered(approved);
+	answerApproval(view, approved);
+});
 
 form.addEventListener("submit", (event) => {
 	event.preventDefault();
@@ -387,7 +443,8 @@ async function refreshThreads() {
 
 let saved = loadThread();
 const addressed = threadInAddress();
-if (addressed !== "" && addressed !== saved?.threadId) saved = { threadId: addressed, turns: [] };
+const fromServer = addressed !== "" && addressed !== saved?.threadId;
+if (fromServer) saved = { threadId: addressed, turns: [] };
 const savedId = typeof saved?.threadId === "string" && saved.threadId !== "" ? saved.threadId : randomId("thread");
 for (const record of Array.isArray(saved?.turns) ? saved.turns : []) {
 	if (typeof record?.runId !== "string" || (record.user !== null && typeof record?.user?.content !== "string")) continue;
@@ -401,9 +458,14 @@ for (const record of Array.isArray(saved?.turns) ? saved.turns : []) {
 		addView(TurnView.restore(record));
 	}
 }
-setThread(savedId);
-saveThread();
-refreshThreads();
+if (fromServer) {
+	// A thread this tab has not shown (another tab's address): as the server keeps it.
+	showThread(addressed);
+} else {
+	setThread(savedId);
+	saveThread();
+	refreshThreads();
+}
 refreshComposer();
 scrollToEnd();
 prompt.focus();

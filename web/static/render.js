@@ -3,6 +3,11 @@
 // A TurnView keeps a small model of what it shows (blocks: reasoning, tool calls, text) and
 // the DOM built from it. The model is what the page stores between reloads (toJSON /
 // TurnView.restore) and what the next turn sends back as history (messages()).
+//
+// A turn that ends asking for approval (RUN_FINISHED with an interrupt outcome whose interrupts
+// have reason approval_required) shows Approve and Deny buttons; pressing one dispatches an
+// "approval" event ({detail: {view, approved}}, bubbling) from the turn, which the page answers
+// with a continuation run (and view.answered, which disables the buttons). A continuation is a turn whose user bubble says the answer.
 
 /** Status of a turn as shown to the user. */
 export const Status = Object.freeze({
@@ -49,15 +54,38 @@ export function contentText(content) {
 		.join("");
 }
 
+/** bubbleText is the user bubble of a turn: the message, the answer it continues, or neither. */
+function bubbleText(user, answer) {
+	if (user) return user.content;
+	if (answer) return `${answer.approved ? "Approved" : "Denied"} ${answer.toolName}`;
+	return "Sent from another tab or device";
+}
+
+/** approvalsOf returns the interrupts of a RUN_FINISHED outcome that ask for an approval. */
+export function approvalsOf(outcome) {
+	if (outcome?.type !== "interrupt" || !Array.isArray(outcome.interrupts)) return [];
+	return outcome.interrupts.filter(
+		(i) => typeof i?.id === "string" && (i.reason === "approval_required" || i.metadata?.kind === "approval"),
+	);
+}
+
 export class TurnView {
 	/**
 	 * @param {{runId: string, user: {id: string, content: string}|null}} turn  user is null
 	 *   for a turn started elsewhere (another tab, another device, a server), whose message this
 	 *   page never saw
 	 */
-	constructor({ runId, user }) {
+	constructor({ runId, user, answer }) {
 		this.runId = runId;
 		this.user = user;
+		/** The answer to an approval this turn continues ({approved, toolName, toolCallId, args}). */
+		this.answer = answer;
+		/**
+		 * What the turn asks to approve: {runId (the paused run), interrupts, approved
+		 * (undefined until answered)}; undefined for a turn that asks nothing.
+		 */
+		this.approval = undefined;
+		this.approvalBox = undefined;
 		this.blocks = [];
 		this.status = Status.running;
 		this.error = undefined;
@@ -87,7 +115,7 @@ export class TurnView {
 				"div",
 				{ class: "msg user", "data-role": "user", "data-elsewhere": user ? undefined : "true" },
 				el("h3", { class: "visually-hidden", text: "You" }),
-				el("p", { class: "bubble", text: user ? user.content : "Sent from another tab or device" }),
+				el("p", { class: "bubble", text: bubbleText(user, answer) }),
 			),
 			this.reply,
 		);
@@ -99,11 +127,21 @@ export class TurnView {
 		for (const block of record.blocks ?? []) view.addBlock(structuredClone(block));
 		for (const note of record.notes ?? []) view.note(note);
 		view.finish(record.status ?? Status.done, record.error);
+		if (record.approval) view.ask(record.approval);
 		return view;
 	}
 
 	toJSON() {
-		return { runId: this.runId, user: this.user, blocks: this.blocks, status: this.status, error: this.error, notes: this.notes };
+		return {
+			runId: this.runId,
+			user: this.user,
+			answer: this.answer,
+			blocks: this.blocks,
+			status: this.status,
+			error: this.error,
+			notes: this.notes,
+			approval: this.approval,
+		};
 	}
 
 	get running() {
@@ -118,6 +156,9 @@ export class TurnView {
 		this.openSpan = undefined;
 		this.body.replaceChildren();
 		this.error = undefined;
+		this.approval = undefined;
+		this.approvalBox?.remove();
+		this.approvalBox = undefined;
 		this.setStatus(Status.running);
 	}
 
@@ -181,15 +222,23 @@ export class TurnView {
 				break;
 			}
 			case "TOOL_CALL_RESULT": {
+				const answer = this.answer;
+				if (answer?.toolCallId === event.toolCallId && !this.parts.has(`tool:${event.toolCallId}`)) {
+					// The result of the approved call, which the paused turn shows: named here too.
+					this.addBlock({ kind: "tool", key: `tool:${event.toolCallId}`, id: event.toolCallId, name: answer.toolName, args: answer.args ?? "", done: true });
+				}
 				const call = this.tool(event.toolCallId);
 				call.result = contentText(event.content);
 				call.resultId = event.messageId;
 				this.renderTool(call);
 				break;
 			}
-			case "RUN_FINISHED":
+			case "RUN_FINISHED": {
 				this.finish(Status.done);
+				const interrupts = approvalsOf(event.outcome);
+				if (interrupts.length > 0) this.ask({ runId: event.runId ?? this.runId, interrupts });
 				break;
+			}
 			case "RUN_ERROR":
 				if (event.code === "aborted") this.finish(Status.stopped);
 				else this.finish(Status.error, { message: event.message, code: event.code });
@@ -208,6 +257,63 @@ export class TurnView {
 			if (block.kind === "reasoning" && !block.done) this.endReasoning(block);
 			if (block.kind === "tool") this.renderTool(block);
 		}
+	}
+
+	/**
+	 * ask shows what the turn asks to approve ({runId, interrupts, approved}), with Approve and
+	 * Deny buttons while it is unanswered.
+	 */
+	ask(approval) {
+		this.approval = approval;
+		this.approvalBox?.remove();
+		const names = [...new Set(approval.interrupts.map((i) => i.metadata?.toolName ?? this.toolName(i.toolCallId)))];
+		const question = el("p", { class: "approval-question", text: `Allow the call to ${names.join(", ")}?` });
+		const approve = el("button", { type: "button", class: "primary", "data-role": "approve", text: "Approve" });
+		const deny = el("button", { type: "button", class: "danger", "data-role": "deny", text: "Deny" });
+		const outcome = el("p", { class: "approval-answer", "data-role": "approval-answer", role: "status" });
+		const group = el(
+			"div",
+			{ class: "approval", role: "group", "data-role": "approval", "aria-label": "Approval needed" },
+			question,
+			el("div", { class: "approval-actions" }, approve, deny),
+			outcome,
+		);
+		const answer = (approved) => {
+			if (this.approval?.approved !== undefined) return;
+			this.root.dispatchEvent(new CustomEvent("approval", { bubbles: true, detail: { view: this, approved } }));
+		};
+		approve.addEventListener("click", () => answer(true));
+		deny.addEventListener("click", () => answer(false));
+		this.approvalBox = group;
+		this.reply.insertBefore(group, this.typing);
+		this.showAnswer();
+		for (const block of this.blocks) if (block.kind === "tool") this.renderTool(block);
+	}
+
+	/**
+	 * answered records the answer to the approval (true, false, or null: answered elsewhere)
+	 * and disables its buttons.
+	 */
+	answered(approved) {
+		if (!this.approval) return;
+		this.approval.approved = approved;
+		this.showAnswer();
+		for (const block of this.blocks) if (block.kind === "tool") this.renderTool(block);
+	}
+
+	showAnswer() {
+		const approved = this.approval?.approved;
+		const box = this.approvalBox;
+		if (!box) return;
+		for (const button of box.querySelectorAll("button")) button.disabled = approved !== undefined;
+		const outcome = box.querySelector("[data-role=approval-answer]");
+		outcome.textContent = { true: "Approved", false: "Denied", null: "Answered elsewhere" }[approved] ?? "";
+		outcome.hidden = approved === undefined;
+	}
+
+	/** toolName returns the name of the tool call id shown in this turn, or "a tool". */
+	toolName(id) {
+		return this.blocks.find((b) => b.kind === "tool" && b.id === id)?.name || "a tool";
 	}
 
 	/** stopping says a stop was asked for, until the turn ends. */
@@ -318,7 +424,9 @@ export class TurnView {
 		}
 		let state = "streaming…";
 		if (call.result !== undefined) state = "done";
-		else if (call.done) state = this.running ? "waiting for result" : "called";
+		else if (this.approval?.interrupts.some((i) => i.toolCallId === call.id)) {
+			state = { true: "approved", false: "denied", null: "answered" }[this.approval.approved] ?? "awaiting approval";
+		} else if (call.done) state = this.running ? "waiting for result" : "called";
 		part.state.textContent = state;
 	}
 

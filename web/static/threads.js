@@ -2,7 +2,7 @@
 // (GET /api/threads, DELETE /api/threads/{id}, GET /api/chat?threadId=; docs/TRANSPORTS.md,
 // "Threads").
 
-import { Status } from "./render.js";
+import { approvalsOf, Status } from "./render.js";
 
 /** listThreads returns the caller's threads, most recently updated first (one page). */
 export async function listThreads() {
@@ -19,17 +19,35 @@ export async function deleteThread(threadId) {
 
 /**
  * hydrate returns the thread's finished turns as TurnView records, and the run still running
- * with its user's message, if any: {turns, active: {runId, user} | undefined}.
+ * with its user's message, if any: {turns, active: {runId, user, answer} | undefined}. The
+ * thread's pending approval, if any, is the approval of the turn that holds its tool call. A
+ * running run that comes after an answered approval, with no user's message since, is the
+ * answer's continuation: active with the answer, and the turn it answers shown as it was.
  */
 export async function hydrate(threadId) {
 	const response = await fetch(`api/chat?threadId=${encodeURIComponent(threadId)}`, {
 		headers: { Accept: "application/json" },
 	});
 	if (!response.ok) throw new Error(`hydrating the thread: ${response.status}`);
-	const { messages = [], activeRun } = await response.json();
-	const turns = turnsOf(messages);
+	const { messages = [], activeRun, interrupts } = await response.json();
 	let active;
+	let shown = messages;
 	if (activeRun?.runId) {
+		const at = messages.findLastIndex((m) => m.role === "user" || m.parts.some(answeredCall));
+		if (at >= 0 && messages[at].role !== "user") {
+			const call = messages[at].parts.findLast(answeredCall);
+			const answer = { approved: call.approval.approved, toolName: call.name, toolCallId: call.id, args: call.arguments ?? "" };
+			active = { runId: activeRun.runId, user: null, answer };
+			shown = messages.slice(0, at + 1);
+		}
+	}
+	const turns = turnsOf(shown);
+	const pending = approvalsOf({ type: "interrupt", interrupts: interrupts?.pending });
+	if (pending.length > 0) {
+		const asks = turns.findLast((turn) => turn.blocks.some((b) => b.kind === "tool" && b.id === pending[0].toolCallId)) ?? turns.at(-1);
+		if (asks) asks.approval = { runId: interrupts.runId, interrupts: pending };
+	}
+	if (activeRun?.runId && !active) {
 		// The running turn is rendered again from the start of its log.
 		const last = turns.at(-1);
 		if (last) {
@@ -38,6 +56,11 @@ export async function hydrate(threadId) {
 		}
 	}
 	return { turns, active };
+}
+
+/** answeredCall reports whether a message part is a tool call whose approval was answered. */
+function answeredCall(part) {
+	return part.type === "tool-call" && typeof part.approval?.approved === "boolean";
 }
 
 function textOf(message) {
@@ -68,6 +91,10 @@ function turnsOf(messages) {
 				const call = { kind: "tool", key, id: part.id, name: part.name, args: part.arguments ?? "", done: true };
 				if (part.output !== undefined) call.result = typeof part.output === "string" ? part.output : JSON.stringify(part.output);
 				turn.blocks.push(call);
+				if (answeredCall(part)) {
+					const interrupt = { id: part.approval.id, toolCallId: part.id, reason: "approval_required", metadata: { kind: "approval", toolName: part.name } };
+					turn.approval = { runId: "", interrupts: [interrupt], approved: part.approval.approved };
+				}
 			}
 		});
 	}
