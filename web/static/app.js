@@ -8,7 +8,8 @@
 //
 // The page follows its thread: a turn of the thread started elsewhere (another tab on the
 // same thread, another device, a server) streams here too. The thread's id is in the
-// address (#thread=<id>), so a second tab opened on that address shows the same thread.
+// address (#thread=<id>): a tab, browser or device opened on that address shows the thread as
+// the server keeps it, then its turns as they stream.
 
 import { Conversation } from "./conversation.js";
 import { Status, TurnView } from "./render.js";
@@ -387,23 +388,27 @@ async function refreshThreads() {
 
 let saved = loadThread();
 const addressed = threadInAddress();
-if (addressed !== "" && addressed !== saved?.threadId) saved = { threadId: addressed, turns: [] };
-const savedId = typeof saved?.threadId === "string" && saved.threadId !== "" ? saved.threadId : randomId("thread");
-for (const record of Array.isArray(saved?.turns) ? saved.turns : []) {
-	if (typeof record?.runId !== "string" || (record.user !== null && typeof record?.user?.content !== "string")) continue;
-	if (record.status === Status.running) {
-		// Rendered again from the start of its log: nothing of the earlier page is kept.
-		const view = new TurnView(record);
-		addView(view);
-		view.note("Rejoined after a reload");
-		conversation.join(record.runId);
-	} else {
-		addView(TurnView.restore(record));
+if (addressed !== "" && addressed !== saved?.threadId) {
+	// A thread this tab has not shown (an address from another tab, browser or device): as
+	// the server keeps it, with its running turn rejoined.
+	showThread(addressed);
+} else {
+	for (const record of Array.isArray(saved?.turns) ? saved.turns : []) {
+		if (typeof record?.runId !== "string" || (record.user !== null && typeof record?.user?.content !== "string")) continue;
+		if (record.status === Status.running) {
+			// Rendered again from the start of its log: nothing of the earlier page is kept.
+			const view = new TurnView(record);
+			addView(view);
+			view.note("Rejoined after a reload");
+			conversation.join(record.runId);
+		} else {
+			addView(TurnView.restore(record));
+		}
 	}
+	setThread(typeof saved?.threadId === "string" && saved.threadId !== "" ? saved.threadId : randomId("thread"));
+	saveThread();
+	refreshThreads();
+	refreshComposer();
+	scrollToEnd();
 }
-setThread(savedId);
-saveThread();
-refreshThreads();
-refreshComposer();
-scrollToEnd();
 prompt.focus();
