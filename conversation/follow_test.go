@@ -339,8 +339,8 @@ func TestSlowFollower(t *testing.T) {
 }
 
 // TestThreadRuns: POST /api/threads/{threadId}/runs starts a turn without a socket (runId
-// minted when absent) that a follower of the thread receives whole, and that its join URL
-// replays; bad requests are refused before anything starts.
+// minted when absent) that a follower of the thread receives whole, that its join URL
+// replays and that the thread's hydrate shows; bad requests are refused before anything starts.
 func TestThreadRuns(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	f := dial(t, e.url(), "")
@@ -377,6 +377,10 @@ func TestThreadRuns(t *testing.T) {
 	resp.Body.Close()
 	if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `"type":"RUN_FINISHED"`) {
 		t.Fatalf("GET join URL = %d %s", resp.StatusCode, body)
+	}
+	// Its thread shows it like any other turn.
+	if h := e.hydrate(t, "/api/chat", "", "threadId", "T"); h.ActiveRun != nil || h.summary() != "u user: x | m-"+runID+"-1 assistant: t1 t2 t3  | " {
+		t.Errorf("hydrate of the thread after a server-started turn = %s", h.raw)
 	}
 	for _, tt := range []struct{ body, want string }{
 		{`[]`, "the request body is not a JSON object: a RunAgentInput is expected"},

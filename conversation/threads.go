@@ -199,13 +199,8 @@ type threadItem struct {
 }
 
 func (srv *Server) serveThreads(w http.ResponseWriter, r *http.Request) {
-	principal, _, err := srv.identify(r)
-	if err != nil {
-		writeJSONError(w, http.StatusUnauthorized, "unauthorized")
-		return
-	}
-	if !srv.originAllowed(r) {
-		writeJSONError(w, http.StatusForbidden, "origin not allowed")
+	principal, ok := srv.admitJSON(w, r)
+	if !ok {
 		return
 	}
 	if srv.cfg.Threads == nil {

@@ -84,8 +84,8 @@ func TestThreadsReloadShowsEveryTurn(t *testing.T) {
 // fast is the demo agent without pauses.
 var fast = demoProps(map[string]any{"intervalMs": 0})
 
-// decodeMessages decodes messages for inspection.
-func decodeMessages(t *testing.T, ms []json.RawMessage) []struct {
+// uiMessage is what the tests inspect of a UIMessage.
+type uiMessage struct {
 	ID    string `json:"id"`
 	Role  string `json:"role"`
 	Parts []struct {
@@ -97,21 +97,12 @@ func decodeMessages(t *testing.T, ms []json.RawMessage) []struct {
 			Approved *bool  `json:"approved"`
 		} `json:"approval"`
 	} `json:"parts"`
-} {
+}
+
+// decodeMessages decodes messages for inspection.
+func decodeMessages(t *testing.T, ms []json.RawMessage) []uiMessage {
 	t.Helper()
-	var out []struct {
-		ID    string `json:"id"`
-		Role  string `json:"role"`
-		Parts []struct {
-			Type     string `json:"type"`
-			Content  string `json:"content"`
-			State    string `json:"state"`
-			Approval *struct {
-				ID       string `json:"id"`
-				Approved *bool  `json:"approved"`
-			} `json:"approval"`
-		} `json:"parts"`
-	}
+	var out []uiMessage
 	if err := json.Unmarshal([]byte(join(ms)), &out); err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,7 @@ import (
 
 // TestWebThreadFromList: a browser with a new profile lists the thread another browser wrote,
 // and opening it shows every turn as the writer's page shows it (the reply, reasoning, tool
-// call); deleting it empties the list.
+// call), and so does a third opened on the writer's address; deleting it empties the list.
 func TestWebThreadFromList(t *testing.T) {
 	g := startGateway(t)
 	writer := openPage(t, startBrowser(t), g.URL+"/")
@@ -35,6 +35,15 @@ func TestWebThreadFromList(t *testing.T) {
 			len(w.Tools) != len(g.Tools) || (len(w.Reasoning) > 0 && w.Reasoning[0] != g.Reasoning[0]) ||
 			(len(w.Tools) > 0 && (w.Tools[0].Name != g.Tools[0].Name || w.Tools[0].Args != g.Tools[0].Args)) {
 			t.Errorf("turn %d from the list:\n%+v\nthe writer's page:\n%+v", i, g, w)
+		}
+	}
+
+	// A third browser given the writer's address shows the thread as the server keeps it.
+	addressed := openPage(t, startBrowser(t), g.URL+"/"+eval[string](writer, `location.hash`))
+	addressed.waitFor("both turns from the address", `document.querySelectorAll("#conversation .turn").length === 2`)
+	for i, g := range addressed.turns() {
+		if w := want[i]; g.User != w.User || g.Reply != w.Reply || g.Status != w.Status {
+			t.Errorf("turn %d opened from the address:\n%+v\nthe writer's page:\n%+v", i, g, w)
 		}
 	}
 

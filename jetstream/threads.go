@@ -41,20 +41,25 @@ type ThreadRun struct {
 // Thread is what the store keeps of (principal, threadId): its runs, its title and its
 // transcript, as one KV value.
 type Thread struct {
-	Principal string      `json:"principal"`
-	ThreadID  string      `json:"threadId"`
-	Title     string      `json:"title"`
-	Created   time.Time   `json:"created"`
-	Updated   time.Time   `json:"updated"`
-	Runs      []ThreadRun `json:"runs"`
+	ThreadHead
 	// Dropped counts the oldest messages left out of Transcript so that the value fits in
 	// one NATS message (see ThreadStore's doc).
 	Dropped    int               `json:"dropped,omitempty"`
 	Transcript thread.Transcript `json:"transcript"`
 }
 
+// ThreadHead is a Thread without its transcript, which Threads reads alone.
+type ThreadHead struct {
+	Principal string      `json:"principal"`
+	ThreadID  string      `json:"threadId"`
+	Title     string      `json:"title"`
+	Created   time.Time   `json:"created"`
+	Updated   time.Time   `json:"updated"`
+	Runs      []ThreadRun `json:"runs"`
+}
+
 // ActiveRun returns the newest run still running, "" when none.
-func (t *Thread) ActiveRun() string {
+func (t *ThreadHead) ActiveRun() string {
 	for i := len(t.Runs) - 1; i >= 0; i-- {
 		if t.Runs[i].State == ThreadRunRunning {
 			return t.Runs[i].RunID
@@ -337,20 +342,12 @@ func (s *Store) Threads(ctx context.Context, principal string) ([]ThreadSummary,
 		if e == nil {
 			break
 		}
-		var t struct {
-			Principal string      `json:"principal"`
-			ThreadID  string      `json:"threadId"`
-			Title     string      `json:"title"`
-			Created   time.Time   `json:"created"`
-			Updated   time.Time   `json:"updated"`
-			Runs      []ThreadRun `json:"runs"`
-		}
+		var t ThreadHead
 		if json.Unmarshal(e.Value(), &t) != nil || t.Principal != principal {
 			continue
 		}
-		th := Thread{Runs: t.Runs}
 		list = append(list, ThreadSummary{ThreadID: t.ThreadID, Title: t.Title, Created: t.Created, Updated: t.Updated,
-			ActiveRun: th.ActiveRun()})
+			ActiveRun: t.ActiveRun()})
 	}
 	slices.SortFunc(list, func(a, b ThreadSummary) int {
 		if c := b.Updated.Compare(a.Updated); c != 0 {

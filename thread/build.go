@@ -3,6 +3,7 @@ package thread
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -248,24 +249,6 @@ func (b *builder) setState(id string, st *msgState) {
 	b.states = append(b.states, st)
 }
 
-func (b *builder) addActive(id string) {
-	for _, a := range b.activeMessageIDs {
-		if a == id {
-			return
-		}
-	}
-	b.activeMessageIDs = append(b.activeMessageIDs, id)
-}
-
-func (b *builder) deleteActive(id string) {
-	for i, a := range b.activeMessageIDs {
-		if a == id {
-			b.activeMessageIDs = append(b.activeMessageIDs[:i], b.activeMessageIDs[i+1:]...)
-			return
-		}
-	}
-}
-
 func (b *builder) find(id string) *Message {
 	for i := range b.msgs {
 		if b.msgs[i].ID == id {
@@ -344,7 +327,7 @@ func (b *builder) activeAssistantID() opt {
 }
 
 func (b *builder) resumeAssistantState(id string, st *msgState) {
-	b.addActive(id)
+	addOnce(&b.activeMessageIDs, id)
 	if st.isComplete || b.isDone {
 		st.isComplete = false
 		b.isDone = false
@@ -367,7 +350,7 @@ func (b *builder) ensureAssistantMessage(preferred opt) (string, *msgState) {
 	if preferred.truthy() {
 		if m := b.find(preferred.s); m != nil {
 			st := b.createMessageState(preferred.s, m.Role)
-			b.addActive(preferred.s)
+			addOnce(&b.activeMessageIDs, preferred.s)
 			if n := len(m.Parts); n > 0 && m.Parts[n-1].Type == "text" {
 				text := m.Parts[n-1].text()
 				st.seg = &segment{buf: []byte(text)}
@@ -382,7 +365,7 @@ func (b *builder) ensureAssistantMessage(preferred opt) (string, *msgState) {
 	}
 	b.msgs = append(b.msgs, Message{ID: id, Role: "assistant", Parts: []Part{}, CreatedAt: b.now})
 	st := b.createMessageState(id, "assistant")
-	b.addActive(id)
+	addOnce(&b.activeMessageIDs, id)
 	b.pendingManualID = id
 	return id, st
 }
@@ -419,7 +402,7 @@ func (b *builder) apply(raw []byte) error {
 		b.toolCallResult(e)
 	case "RUN_STARTED":
 		id, _ := e.str("runId")
-		b.addRun(id)
+		addOnce(&b.activeRuns, id)
 	case "RUN_FINISHED":
 		b.runFinished(e)
 	case "RUN_ERROR":
@@ -438,24 +421,6 @@ func (b *builder) apply(raw []byte) error {
 		b.custom(e)
 	}
 	return nil
-}
-
-func (b *builder) addRun(id string) {
-	for _, r := range b.activeRuns {
-		if r == id {
-			return
-		}
-	}
-	b.activeRuns = append(b.activeRuns, id)
-}
-
-func (b *builder) deleteRun(id string) {
-	for i, r := range b.activeRuns {
-		if r == id {
-			b.activeRuns = append(b.activeRuns[:i], b.activeRuns[i+1:]...)
-			return
-		}
-	}
 }
 
 func uiRole(e *event) string {
@@ -490,8 +455,8 @@ func (b *builder) textMessageStart(e *event) {
 				b.deleteState(pending)
 				b.setState(id, st)
 			}
-			b.deleteActive(pending)
-			b.addActive(id)
+			remove(&b.activeMessageIDs, pending)
+			addOnce(&b.activeMessageIDs, id)
 			for call, owner := range b.toolCallToMessage {
 				if owner == pending {
 					b.toolCallToMessage[call] = id
@@ -500,7 +465,7 @@ func (b *builder) textMessageStart(e *event) {
 		}
 		if st := b.state(id); st == nil {
 			b.createMessageState(id, role)
-			b.addActive(id)
+			addOnce(&b.activeMessageIDs, id)
 		} else {
 			b.resetSegment(id, st)
 		}
@@ -508,7 +473,7 @@ func (b *builder) textMessageStart(e *event) {
 		return
 	}
 	if b.find(id) != nil {
-		b.addActive(id)
+		addOnce(&b.activeMessageIDs, id)
 		if st := b.state(id); st == nil {
 			b.createMessageState(id, role)
 		} else {
@@ -519,7 +484,7 @@ func (b *builder) textMessageStart(e *event) {
 	}
 	b.msgs = append(b.msgs, Message{ID: id, Role: role, Parts: []Part{}, CreatedAt: b.now})
 	b.createMessageState(id, role)
-	b.addActive(id)
+	addOnce(&b.activeMessageIDs, id)
 	b.mergeMessageMetadata(id, e.raw("metadata"))
 }
 
@@ -950,7 +915,7 @@ func (b *builder) runFinished(e *event) {
 		b.finishReason = keep(e.tanstack("finishReason"))
 	}
 	id, _ := e.str("runId")
-	b.deleteRun(id)
+	remove(&b.activeRuns, id)
 	b.interrupts = nil
 	interrupt := false
 	if oc := e.raw("outcome"); isObject(oc) {
@@ -1025,7 +990,7 @@ func (b *builder) runError(e *event) {
 		}
 	}
 	if id != "" {
-		b.deleteRun(id)
+		remove(&b.activeRuns, id)
 	} else {
 		b.activeRuns = nil
 	}
@@ -1543,4 +1508,18 @@ func enrichSnapshotToolCalls(msgs []Message, prevCalls map[string]Part) []Messag
 		}
 	}
 	return msgs
+}
+
+// addOnce appends id to the set *ids unless it is there.
+func addOnce(ids *[]string, id string) {
+	if !slices.Contains(*ids, id) {
+		*ids = append(*ids, id)
+	}
+}
+
+// remove takes id out of the set *ids.
+func remove(ids *[]string, id string) {
+	if i := slices.Index(*ids, id); i >= 0 {
+		*ids = slices.Delete(*ids, i, i+1)
+	}
 }

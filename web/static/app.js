@@ -8,7 +8,8 @@
 //
 // The page follows its thread: a turn of the thread started elsewhere (another tab on the
 // same thread, another device, a server) streams here too. The thread's id is in the
-// address (#thread=<id>), so a second tab opened on that address shows the same thread.
+// address (#thread=<id>): a tab, browser or device opened on that address shows the thread as
+// the server keeps it, then its turns as they stream.
 //
 // A turn that ends asking to approve a tool call shows Approve and Deny buttons; the answer
 // is a continuation run (parentRunId the paused run, resume answering its interrupts), shown
