@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/wsgateway/wsgateway/jetstream"
@@ -46,6 +47,30 @@ type threadLog struct {
 	srv                        *Server
 	principal, threadID, runID string
 	log                        *slog.Logger
+
+	// The events appended, kept while they fit in threadEventsMemory bytes: the run's end
+	// builds its thread from them; a longer run's end reads its log back.
+	mu     sync.Mutex
+	events []json.RawMessage
+	size   int
+	over   bool
+}
+
+// threadEventsMemory bounds the bytes of events a run keeps for its thread's update.
+const threadEventsMemory = 256 << 10
+
+// Append keeps event for the thread and appends it to the log.
+func (l *threadLog) Append(event []byte, stored func(offset string, err error)) {
+	l.mu.Lock()
+	if !l.over {
+		if l.size += len(event); l.size > threadEventsMemory {
+			l.over, l.events = true, nil
+		} else {
+			l.events = append(l.events, event)
+		}
+	}
+	l.mu.Unlock()
+	l.Writer.Append(event, stored)
 }
 
 // newThreadLog records the run of in as accepted in its thread and returns w recording its
@@ -75,12 +100,19 @@ func (l *threadLog) Close(ctx context.Context) error {
 	return err
 }
 
+// finish applies the run's events, every one stored since Close succeeded, to its thread.
 func (l *threadLog) finish(ctx context.Context) error {
-	entries, _, err := l.srv.cfg.Threads.Snapshot(ctx, l.principal, l.runID)
-	if err != nil {
-		return err
+	l.mu.Lock()
+	events, over := l.events, l.over
+	l.mu.Unlock()
+	if over {
+		entries, _, err := l.srv.cfg.Threads.Snapshot(ctx, l.principal, l.runID)
+		if err != nil {
+			return err
+		}
+		events = jetstream.Events(entries)
 	}
-	return l.srv.cfg.Threads.FinishRun(ctx, l.principal, l.threadID, l.runID, jetstream.Events(entries))
+	return l.srv.cfg.Threads.FinishRun(ctx, l.principal, l.threadID, l.runID, events)
 }
 
 // Hydrate answers (THREADS.md section 1).
