@@ -366,7 +366,8 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 				if err := s.closeRun(ctx, key, info, e.Revision(), leaseRev); err != nil {
 					return err
 				}
-				return s.finishReaped(ctx, info)
+				s.finishLater(info)
+				return nil
 			}
 			last = m.Sequence
 			if endsWithTerminal(m) {
@@ -410,9 +411,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 			f()
 		}
 		// The producer died before it finished the run's thread: its log says how it ended.
-		if err := s.finishReaped(ctx, info); err != nil {
-			return fmt.Errorf("thread: %w", err)
-		}
+		s.finishLater(info)
 		return nil
 	}
 	return errors.New("log keeps moving")

@@ -275,6 +275,23 @@ func endState(events []json.RawMessage) (state, code string) {
 	return ThreadRunError, "producer_lost"
 }
 
+// finishLater finishes the thread of a run the reaper closed, in the background: the reaper
+// goes on closing the logs of the other runs of a dead producer first.
+func (s *Store) finishLater(info RunInfo) {
+	if info.ThreadID == "" {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+		defer cancel()
+		if err := s.finishReaped(ctx, info); err != nil && s.ctx.Err() == nil {
+			s.log.Warn("jetstream: finishing the thread of a reaped run", keyRunID, info.RunID, keyErr, err)
+		}
+	}()
+}
+
 // finishReaped finishes the thread of a run the reaper closed, from its log.
 func (s *Store) finishReaped(ctx context.Context, info RunInfo) error {
 	if info.ThreadID == "" {
