@@ -15,8 +15,8 @@ import (
 func TestLivenessCostsPerStore(t *testing.T) {
 	const runs = 200 // per store
 	cfg := testConfig(t)
-	cfg.LeaseTTL = time.Second
-	cfg.ReapInterval = 200 * time.Millisecond
+	cfg.LeaseTTL = 3 * time.Second // renewals every 600ms; a busy machine can delay one by a second
+	cfg.ReapInterval = 250 * time.Millisecond
 	a := openStore(t, cfg) // runs the embedded server; its runs survive
 	cfg.URLs = a.ClientURL()
 	b := openStore(t, cfg) // the store whose process dies
