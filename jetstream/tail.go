@@ -41,13 +41,12 @@ type tail struct {
 
 // tailSub is a reader's subscription to a tail.
 type tailSub struct {
-	t      *tail
-	start  uint64 // the first sequence it wants
-	mu     sync.Mutex
-	queue  []tailMsg
-	wake   chan struct{} // signaled when queue grows or the subscription ends
-	ended  bool          // detached (too slow) or the tail ended
-	reason error
+	t     *tail
+	start uint64 // the first sequence it wants
+	mu    sync.Mutex
+	queue []tailMsg
+	wake  chan struct{} // signaled when queue grows or the subscription ends
+	ended bool          // detached (too slow) or the tail ended
 }
 
 // tailKey names the tail of subject on stream st.
