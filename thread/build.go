@@ -9,6 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/wsgateway/wsgateway/internal/jsoncompact"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -691,17 +692,22 @@ func (b *builder) toolCallStart(e *event) {
 	b.updateToolCallPart(id, toolCallPart{id: callID, name: name, state: "awaiting-input", metadata: md})
 }
 
-func (b *builder) toolCallArgs(e *event) {
+// openToolCall returns the message and the state of the tool call e names, nil when unknown.
+func (b *builder) openToolCall(e *event) (string, *toolCall) {
 	callID, _ := e.str("toolCallId")
 	id := b.toolCallToMessage[callID]
 	if id == "" {
-		return
+		return "", nil
 	}
 	st := b.state(id)
 	if st == nil {
-		return
+		return "", nil
 	}
-	tc := st.toolCalls[callID]
+	return id, st.toolCalls[callID]
+}
+
+func (b *builder) toolCallArgs(e *event) {
+	id, tc := b.openToolCall(e)
 	if tc == nil {
 		return
 	}
@@ -714,21 +720,12 @@ func (b *builder) toolCallArgs(e *event) {
 }
 
 func (b *builder) toolCallEnd(e *event) {
-	callID, _ := e.str("toolCallId")
-	id := b.toolCallToMessage[callID]
-	if id == "" {
-		return
-	}
-	st := b.state(id)
-	if st == nil {
+	id, tc := b.openToolCall(e)
+	if tc == nil || tc.state == "input-complete" {
 		return
 	}
 	input, hasInput := e.get("input")
 	input = keep(input)
-	tc := st.toolCalls[callID]
-	if tc == nil || tc.state == "input-complete" {
-		return
-	}
 	if hasInput && tc.arguments == "" {
 		tc.arguments = jsStringify(input)
 	}
@@ -741,21 +738,19 @@ func (b *builder) toolCallEnd(e *event) {
 // jsStringify is JSON.stringify of a parsed value, for the values agents send
 // (compact JSON).
 func jsStringify(v json.RawMessage) string {
-	var buf bytes.Buffer
-	if json.Compact(&buf, v) != nil {
-		return string(v)
+	if c, ok := jsoncompact.Append(nil, v); ok {
+		return string(c)
 	}
-	return buf.String()
+	return string(v)
 }
 
 // parseJSON is JSON.parse: the value, or nil when s is not JSON.
 func parseJSON(s string) json.RawMessage {
-	if !json.Valid([]byte(s)) {
+	c, ok := jsoncompact.Append(nil, []byte(s))
+	if !ok {
 		return nil
 	}
-	var buf bytes.Buffer
-	_ = json.Compact(&buf, []byte(s))
-	return buf.Bytes()
+	return c
 }
 
 func (b *builder) completeToolCall(id string, tc *toolCall) {
