@@ -33,8 +33,9 @@ type tail struct {
 	src *Reader
 
 	mu   sync.Mutex
-	from uint64 // every message of the subject from this sequence on is in ring or to come
-	ring []tailMsg
+	from uint64    // every message of the subject from this sequence on is in ring or to come
+	ring []tailMsg // the last messages received, oldest at ring[head] once it is full
+	head int
 	subs map[*tailSub]struct{}
 	done bool // the source ended: no message will come
 }
@@ -111,8 +112,8 @@ func (t *tail) subscribe(next uint64) *tailSub {
 		return nil
 	}
 	sub := &tailSub{t: t, start: next, wake: make(chan struct{}, 1)}
-	for _, m := range t.ring {
-		if m.seq >= next {
+	for i := range t.ring {
+		if m := t.ring[(t.head+i)%len(t.ring)]; m.seq >= next {
 			sub.queue = append(sub.queue, m)
 		}
 	}
@@ -133,11 +134,13 @@ func (t *tail) run() {
 		t.src.next = seq + 1
 		m := tailMsg{msg: msg, seq: seq}
 		t.mu.Lock()
-		if len(t.ring) == tailRing {
-			t.from = t.ring[0].seq + 1
-			t.ring = append(t.ring[:0], t.ring[1:]...)
+		if len(t.ring) < tailRing {
+			t.ring = append(t.ring, m)
+		} else {
+			t.from = t.ring[t.head].seq + 1
+			t.ring[t.head] = m
+			t.head = (t.head + 1) % tailRing
 		}
-		t.ring = append(t.ring, m)
 		for sub := range t.subs {
 			if !sub.push(m) {
 				delete(t.subs, sub)
