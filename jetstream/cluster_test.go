@@ -557,3 +557,61 @@ func metaLeader(fc *faultCluster) string {
 	}
 	return ""
 }
+
+// TestClusterBucketLeaderCrash crashes the node leading the run metadata's bucket, as kill -9
+// does. Until the others elect a new leader, no one answers the bucket's writes; a run created
+// and a run closed in that time wait for the election instead of failing.
+func TestClusterBucketLeaderCrash(t *testing.T) {
+	fc := startFaultCluster(t)
+	s := openClusterStore(t, fc.urls())
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	before, err := s.Create(ctx, "alice", "before-crash", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bucket, err := s.js.Stream(ctx, "KV_"+s.cfg.MetaBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	info, err := bucket.Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crashed := -1
+	for i, n := range fc.nodes {
+		if n.Name() == info.Cluster.Leader {
+			crashed = i
+		}
+	}
+	if crashed < 0 {
+		t.Fatalf("bucket leader %q is none of the nodes", info.Cluster.Leader)
+	}
+	fc.crash(crashed)
+	start := time.Now()
+	t.Logf("crashed the metadata bucket's leader %s", info.Cluster.Leader)
+	if err := before.Close(ctx); err != nil {
+		t.Errorf("closing a run during the election: %v", err)
+	}
+	w, err := s.Create(ctx, "alice", "during-election", "t")
+	if err != nil {
+		t.Fatalf("creating a run during the election: %v", err)
+	}
+	m := &model{}
+	e := event("during-election", 0)
+	w.Append(e, m.stored(e))
+	if err := w.Close(ctx); err != nil {
+		t.Fatalf("closing the new run: %v", err)
+	}
+	t.Logf("closed one run and created, appended and closed another %v after the crash", time.Since(start).Round(time.Millisecond))
+	for _, run := range []string{"before-crash", "during-election"} {
+		r, err := s.Read(ctx, "alice", run, FromStart)
+		if err != nil {
+			t.Fatalf("read %s: %v", run, err)
+		}
+		got := readAll(t, r)
+		if run == "during-election" && len(got) != 1 {
+			t.Errorf("%s: %d events, want 1", run, len(got))
+		}
+	}
+}

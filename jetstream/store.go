@@ -289,6 +289,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
 		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
 		creates: make(chan struct{}, maxCreates)}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
 	url := cfg.URLs
 	opts := []nats.Option{
 		nats.Name("wsgateway " + cfg.Owner),
@@ -319,6 +320,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		}
 	}
 	fail := func(err error) (*Store, error) {
+		s.cancel()
 		if s.nc != nil {
 			s.nc.Close()
 		}
@@ -376,7 +378,6 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return fail(fmt.Errorf("liveness key: %w", err))
 	}
 	s.jsAnswered()
-	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.wg.Add(2)
 	go s.renewLoop()
 	go s.reapLoop()
@@ -454,6 +455,7 @@ func (s *Store) ensure(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", b.name, err)
 		}
+		*b.kv = electedKV{*b.kv, s}
 	}
 	return nil
 }
