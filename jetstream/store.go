@@ -213,6 +213,16 @@ const (
 // openAttempts bounds Open's attempts to create the stream and buckets.
 const openAttempts = 4
 
+// errCodeNoPeers is nats-server's refusal to place a replicated stream for want of peers
+// ("no suitable peers for placement"): on a cluster still forming, a node not seen online yet.
+const errCodeNoPeers natsjs.ErrorCode = 10005
+
+// isNoPeers reports whether err is JetStream's errCodeNoPeers refusal.
+func isNoPeers(err error) bool {
+	var apiErr *natsjs.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
+}
+
 const (
 	epochMetaKey = "wsgateway_epoch"
 	hdrGen       = "Wsg-Gen"
@@ -349,7 +359,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		if err == nil {
 			break
 		}
-		if attempt == openAttempts || !retryable(err) || ctx.Err() != nil {
+		if attempt == openAttempts || !retryable(err) && !isNoPeers(err) || ctx.Err() != nil {
 			return fail(err)
 		}
 		s.log.Warn("jetstream: creating the stream and buckets, retrying", keyErr, err)
