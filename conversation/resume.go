@@ -99,8 +99,9 @@ const (
 // socket: 1000 after the log's close, or the close code of the failure.
 func (c *conn) replay(ctx context.Context, runID, offset string) metrics.ResumeResult {
 	defer c.hb.TurnEnded()
+	var arena []byte
 	send := func(ctx context.Context, off string, ev []byte) error {
-		return c.send(ctx, protocol.AppendEnvelope(nil, off, ev))
+		return c.send(ctx, appendFrame(&arena, off, ev))
 	}
 	r := c.srv.replay(ctx, c.principal, runID, offset, c.logger(), nil, send)
 	switch r {
@@ -114,6 +115,25 @@ func (c *conn) replay(ctx context.Context, runID, offset string) metrics.ResumeR
 		c.requestClose(websocket.StatusInternalError, "resume failed", true)
 	}
 	return r
+}
+
+// replayArena sizes the chunks a replay's envelopes are carved from: a catch-up of many
+// events costs one allocation per chunk instead of a few per event.
+const replayArena = 16 << 10
+
+// appendFrame returns the envelope of event ev at offset off, carved from *arena, which it
+// replaces with a new chunk when the envelope does not fit. The envelope's capacity ends
+// with it: the next one's bytes are never appended to it.
+func appendFrame(arena *[]byte, off string, ev []byte) []byte {
+	a := *arena
+	if n := len(off) + len(ev) + 20; cap(a)-len(a) < n {
+		a = make([]byte, 0, max(replayArena, n))
+	}
+	f := protocol.AppendEnvelope(a[len(a):], off, ev)
+	if len(f) <= cap(a)-len(a) { // carved from a, not reallocated by an escape
+		*arena = a[:len(a)+len(f)]
+	}
+	return f[:len(f):len(f)]
 }
 
 // replay is the one replay path, for resume sockets and HTTP streams alike: it reads runID's

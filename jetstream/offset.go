@@ -77,16 +77,22 @@ const (
 // produces) is formatted at full width by fmt, so the result has the wrong length and
 // parseOffset refuses it: an over-wide position never formats as another valid offset.
 func (p position) String() string {
+	return string(p.append(make([]byte, 0, offsetLen)))
+}
+
+// append appends p formatted as an offset (String) to b.
+func (p position) append(b []byte) []byte {
 	if p.gen>>(4*genWidth) != 0 || p.seq>>(4*seqWidth) != 0 || p.idx < 0 || p.idx >= 1<<(4*idxWidth) ||
 		len(p.tag) != tagWidth {
-		return fmt.Sprintf("%0*x-%0*x-%0*x-%s", genWidth, p.gen, seqWidth, p.seq, idxWidth, p.idx, p.tag)
+		return fmt.Appendf(b, "%0*x-%0*x-%0*x-%s", genWidth, p.gen, seqWidth, p.seq, idxWidth, p.idx, p.tag)
 	}
-	var b [offsetLen]byte
-	at := putHex(b[:], 0, genWidth, p.gen)
-	at = putHex(b[:], at, seqWidth, p.seq)
-	at = putHex(b[:], at, idxWidth, uint64(p.idx))
+	at := len(b)
+	b = append(b, make([]byte, offsetLen)...)
+	at = putHex(b, at, genWidth, p.gen)
+	at = putHex(b, at, seqWidth, p.seq)
+	at = putHex(b, at, idxWidth, uint64(p.idx))
 	copy(b[at:], p.tag)
-	return string(b[:])
+	return b
 }
 
 // putHex writes v as width lower-case hex digits at b[at:] followed by '-', and returns the

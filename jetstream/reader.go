@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -384,13 +386,23 @@ func msgGen(h nats.Header) uint64 {
 	return g
 }
 
-// queue adds the events of message seq, the first of which is at index first.
+// queue adds the events of message seq, the first of which is at index first. Their offsets
+// share one string, so a message's events cost one allocation for all their offsets.
 func (r *Reader) queue(seq uint64, events [][]byte, first int) {
+	var b strings.Builder
+	b.Grow(len(events) * offsetLen)
+	var buf [offsetLen]byte
+	ends := make([]int, len(events))
+	for i := range events {
+		b.Write(position{gen: r.gen, seq: seq, idx: first + i, tag: r.tag}.append(buf[:0]))
+		ends[i] = b.Len()
+	}
+	offs := b.String()
+	r.pending = slices.Grow(r.pending, len(events))
+	start := 0
 	for i, e := range events {
-		r.pending = append(r.pending, Entry{
-			Offset: position{gen: r.gen, seq: seq, idx: first + i, tag: r.tag}.String(),
-			Event:  e,
-		})
+		r.pending = append(r.pending, Entry{Offset: offs[start:ends[i]], Event: e})
+		start = ends[i]
 	}
 }
 
