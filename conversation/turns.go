@@ -228,7 +228,17 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	if req.prev != nil {
 		srv.endPrevious(req.prev, log)
 	}
+	// The thread is read while the log is created, and written once it exists (acceptRun).
+	var accepted <-chan struct{}
+	var created chan error
+	if srv.cfg.Threads != nil && req.in.ThreadID != "" {
+		created = make(chan error, 1)
+		accepted = srv.acceptRun(s.key.principal, req.in, created, log)
+	}
 	runLog, err := srv.cfg.Store.Create(srv.ctx, s.key.principal, s.key.runID, req.in.ThreadID)
+	if created != nil {
+		created <- err
+	}
 	if err != nil {
 		srv.turns.end(s)
 		if errors.Is(err, jetstream.ErrForbidden) {
@@ -243,8 +253,10 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
 	}
 	var tlog turn.Log = runLog
-	if srv.cfg.Threads != nil && req.in.ThreadID != "" {
-		tlog = srv.newThreadLog(runLog, s.key.principal, req.in, log)
+	if accepted != nil {
+		// The turn's first event is stored after the thread knows the run.
+		<-accepted
+		tlog = &threadLog{Writer: runLog, srv: srv, principal: s.key.principal, threadID: req.in.ThreadID, runID: s.key.runID, log: log}
 	}
 	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened

@@ -118,7 +118,9 @@ const threadAttempts = 100
 // updateThread applies f to the thread's current value and writes the result if f reports a
 // change, conditionally on the revision it read (created if it read none); on a conflict it
 // reads again and reapplies f. f sees exists false (and a zero Thread) for a missing thread.
-func (s *Store) updateThread(ctx context.Context, principal, threadID string, f func(t *Thread, exists bool) (bool, error)) error {
+// ready, if not nil, is called once before the first write, after the first read: its error
+// ends the update unwritten.
+func (s *Store) updateThread(ctx context.Context, principal, threadID string, ready func() error, f func(t *Thread, exists bool) (bool, error)) error {
 	key := threadKey(principal, threadID)
 	for attempt := 0; attempt < threadAttempts; attempt++ {
 		var t Thread
@@ -146,6 +148,12 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, f 
 		b, err := s.encodeThread(&t)
 		if err != nil {
 			return err
+		}
+		if ready != nil {
+			if err := ready(); err != nil {
+				return err
+			}
+			ready = nil
 		}
 		if rev == 0 {
 			_, err = s.threads.Create(ctx, key, b)
@@ -205,9 +213,12 @@ func (s *Store) encodeThread(t *Thread) ([]byte, error) {
 
 // AcceptRun records a newly accepted run of the principal's thread (state running) and merges
 // its input (RunAgentInput JSON) into the transcript, creating the thread if needed. A run
-// accepted again (a resubmit) is running again.
-func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage) error {
-	return s.updateThread(ctx, principal, threadID, func(t *Thread, exists bool) (bool, error) {
+// accepted again (a resubmit) is running again. created, if not nil, tells whether the run
+// may be recorded: AcceptRun reads the thread at once, and calls created before it writes
+// anything, so that the read goes on while the caller creates the run's log; an error of
+// created ends AcceptRun with that error, the thread unchanged.
+func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, created func() error) error {
+	return s.updateThread(ctx, principal, threadID, created, func(t *Thread, exists bool) (bool, error) {
 		now := time.Now().UTC()
 		if !exists {
 			t.Created = now
@@ -233,7 +244,7 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 // nothing for a run that the thread does not hold as running (finished already, or its thread
 // deleted).
 func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error {
-	return s.updateThread(ctx, principal, threadID, func(t *Thread, exists bool) (bool, error) {
+	return s.updateThread(ctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
 		r := t.run(runID)
 		if !exists || r == nil || r.State != ThreadRunRunning {
 			return false, nil

@@ -63,7 +63,7 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 			wg.Go(func() {
 				runID := fmt.Sprintf("run-%d-%d", si, i)
 				text := fmt.Sprintf("hello %d %d", si, i)
-				if err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text)); err != nil {
+				if err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text), nil); err != nil {
 					errs <- err
 					return
 				}
@@ -115,7 +115,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread")); err != nil {
+	if err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread"), nil); err != nil {
 		t.Fatal(err)
 	}
 	var evs [][]byte
@@ -133,7 +133,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread")); err != nil {
+	if err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread"), nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -183,7 +183,7 @@ func TestThreadReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi")); err != nil {
+	if err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil); err != nil {
 		t.Fatal(err)
 	}
 	evs := turnEvents("T", "r1", "hi")
