@@ -145,6 +145,28 @@ func TestHydratePages(t *testing.T) {
 	}
 }
 
+// TestRefusedRunLeavesThread: a run frame with another principal's runId is refused, and
+// neither its thread nor the runId's owner's thread shows it: the thread is read while the
+// log is created, and written only once the log exists.
+func TestRefusedRunLeavesThread(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.open(t, "/api/chat", http.MethodPost, threadFrame("T", "r1", script{Tokens: 1}, "u1", "hello"), nil).all()
+	owner := e.hydrate(t, "/api/chat", "", "threadId", "T").raw
+	p2 := http.Header{"X-Principal": {"p2"}}
+	for _, thread := range []string{"T", "T2"} {
+		got := summary(e.open(t, "/api/chat", http.MethodPost, threadFrame(thread, "r1", script{Tokens: 1}, "u9", "intruder"), p2).all())
+		if got != "bare RUN_ERROR:forbidden" {
+			t.Fatalf("another principal's runId in thread %s: %s, want bare RUN_ERROR:forbidden", thread, got)
+		}
+		if h := e.hydrate(t, "/api/chat", "p2", "threadId", thread).raw; h != emptyThread {
+			t.Errorf("the refused run's thread %s = %s, want %s", thread, h, emptyThread)
+		}
+	}
+	if h := e.hydrate(t, "/api/chat", "", "threadId", "T").raw; h != owner {
+		t.Errorf("the runId's owner's thread changed:\n%s\nwant\n%s", h, owner)
+	}
+}
+
 // TestThreadOutlivesRunLogs: once a run's log has aged out, its thread still hydrates its
 // messages, with no active run.
 func TestThreadOutlivesRunLogs(t *testing.T) {
