@@ -166,10 +166,13 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, re
 		if !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
 			return fmt.Errorf("thread: %w", err)
 		}
-		// Another gateway wrote the thread meanwhile: read it again, after a short random
-		// pause so that writers in step drift apart.
-		if err := s.sleep(ctx, time.Duration(rand.IntN(5*(attempt+1)+1))*time.Millisecond); err != nil {
-			return err
+		// Another update wrote the thread meanwhile (most often the previous run's end, on
+		// this gateway, as the next run starts): read it again, at once the first time, then
+		// after a short random pause so that writers in step drift apart.
+		if attempt > 0 {
+			if err := s.sleep(ctx, time.Duration(rand.IntN(5*attempt+1))*time.Millisecond); err != nil {
+				return err
+			}
 		}
 	}
 	return errors.New("thread: too many concurrent updates")
