@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -115,26 +116,70 @@ func principalPrefix(principal string) string {
 // threadAttempts bounds the compare-and-set attempts of one thread update.
 const threadAttempts = 100
 
+// threadHold lets one of a store's updates of a thread run at a time, and hands the value
+// each wrote to the next: a run that starts as the previous one of its thread ends updates
+// the thread right after that end's update, without reading it back, instead of failing the
+// compare-and-set behind it. It lives while updates hold it or wait for it.
+type threadHold struct {
+	mu   sync.Mutex
+	refs int    // updates holding or waiting; guarded by Store.holdsMu
+	val  []byte // the value the previous update wrote, at revision rev; nil: read it
+	rev  uint64
+}
+
+// hold returns the thread key's hold, locked.
+func (s *Store) hold(key string) *threadHold {
+	s.holdsMu.Lock()
+	h := s.holds[key]
+	if h == nil {
+		h = &threadHold{}
+		s.holds[key] = h
+	}
+	h.refs++
+	s.holdsMu.Unlock()
+	h.mu.Lock()
+	return h
+}
+
+// release unlocks the thread key's hold, and forgets it when no update waits for it.
+func (s *Store) release(key string, h *threadHold) {
+	h.mu.Unlock()
+	s.holdsMu.Lock()
+	if h.refs--; h.refs == 0 {
+		delete(s.holds, key)
+	}
+	s.holdsMu.Unlock()
+}
+
 // updateThread applies f to the thread's current value and writes the result if f reports a
 // change, conditionally on the revision it read (created if it read none); on a conflict it
 // reads again and reapplies f. f sees exists false (and a zero Thread) for a missing thread.
 // ready, if not nil, is called once before the first write, after the first read: its error
-// ends the update unwritten.
+// ends the update unwritten. The store's updates of one thread run one at a time, each from
+// the value the previous one wrote (threadHold).
 func (s *Store) updateThread(ctx context.Context, principal, threadID string, ready func() error, f func(t *Thread, exists bool) (bool, error)) error {
 	key := threadKey(principal, threadID)
+	h := s.hold(key)
+	defer s.release(key, h)
 	for attempt := 0; attempt < threadAttempts; attempt++ {
 		var t Thread
-		var rev uint64
-		e, err := s.threads.Get(ctx, key)
-		switch {
-		case errors.Is(err, natsjs.ErrKeyNotFound):
-		case err != nil:
-			return fmt.Errorf("thread: %w", err)
-		default:
-			if err := json.Unmarshal(e.Value(), &t); err != nil {
+		val, rev := h.val, h.rev // what the previous update wrote, if it did
+		h.val = nil              // the next attempt reads the thread
+		if val == nil {
+			e, err := s.threads.Get(ctx, key)
+			switch {
+			case errors.Is(err, natsjs.ErrKeyNotFound):
+				rev = 0
+			case err != nil:
+				return fmt.Errorf("thread: %w", err)
+			default:
+				val, rev = e.Value(), e.Revision()
+			}
+		}
+		if val != nil {
+			if err := json.Unmarshal(val, &t); err != nil {
 				return fmt.Errorf("thread: %w", err)
 			}
-			rev = e.Revision()
 		}
 		exists := rev != 0 && t.Principal == principal && t.ThreadID == threadID
 		if !exists {
@@ -156,19 +201,20 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, re
 			ready = nil
 		}
 		if rev == 0 {
-			_, err = s.threads.Create(ctx, key, b)
+			rev, err = s.threads.Create(ctx, key, b)
 		} else {
-			_, err = s.threads.Update(ctx, key, b, rev)
+			rev, err = s.threads.Update(ctx, key, b, rev)
 		}
 		if err == nil {
+			h.val, h.rev = b, rev
 			return nil
 		}
 		if !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
 			return fmt.Errorf("thread: %w", err)
 		}
-		// Another update wrote the thread meanwhile (most often the previous run's end, on
-		// this gateway, as the next run starts): read it again, at once the first time, then
-		// after a short random pause so that writers in step drift apart.
+		// Another gateway wrote the thread meanwhile: read it again, at once the first time
+		// (its write is done), then after a short random pause so that writers in step
+		// drift apart.
 		if attempt > 0 {
 			if err := s.sleep(ctx, time.Duration(rand.IntN(5*attempt+1))*time.Millisecond); err != nil {
 				return err

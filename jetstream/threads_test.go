@@ -44,7 +44,8 @@ func texts(t *Thread) map[string]string {
 }
 
 // TestThreadTwoGatewaysLoseNothing runs turns of one thread from two stores on one NATS
-// server (two gateways) at once: every run and every message is in the thread afterwards.
+// server (two gateways) at once: every run and every message is in the thread afterwards,
+// whether an update conflicted with the other store's or followed its own store's.
 func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
 	var stores []*Store
@@ -77,6 +78,13 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	for i, s := range stores {
+		s.holdsMu.Lock()
+		if n := len(s.holds); n != 0 {
+			t.Errorf("store %d keeps %d thread holds after its updates ended", i, n)
+		}
+		s.holdsMu.Unlock()
 	}
 	th, err := stores[1].Thread(ctx, "alice", "T")
 	if err != nil {
