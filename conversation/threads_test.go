@@ -103,13 +103,19 @@ func TestHydrate(t *testing.T) {
 	}
 }
 
-// TestHydrateActiveRun: while a turn runs, a hydrate reports it with its reply so far; once
-// it is aborted, the partial reply stays and no run is active.
+// TestHydrateActiveRun: from a turn's first event on, a hydrate reports it with the user's
+// message; while it runs, with its reply so far; once it is aborted, the partial reply stays
+// and no run is active.
 func TestHydrateActiveRun(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	st := e.open(t, "/api/chat", http.MethodPost, threadFrame("T", "r1", script{Tokens: 2, Block: true}, "u1", "hello"), nil)
-	st.n(5) // run.accepted, RUN_STARTED, TEXT_MESSAGE_START and both deltas
+	st.n(1) // run.accepted
 	h := e.hydrate(t, "/api/chat", "", "threadId", "T")
+	if h.ActiveRun == nil || h.ActiveRun.RunID != "r1" || !strings.HasPrefix(h.summary(), "u1 user: hello | ") {
+		t.Fatalf("hydrate after the first event = %s", h.raw)
+	}
+	st.n(4) // RUN_STARTED, TEXT_MESSAGE_START and both deltas
+	h = e.hydrate(t, "/api/chat", "", "threadId", "T")
 	if h.ActiveRun == nil || h.ActiveRun.RunID != "r1" || h.summary() != "u1 user: hello | m-r1-1 assistant: t1 t2  | " {
 		t.Fatalf("hydrate while running = %s", h.raw)
 	}
