@@ -21,9 +21,10 @@ import (
 // Threads keeps the principals' threads (THREADS.md sections 1 and 4): *jetstream.Store.
 // Its errors are jetstream's (ErrUnknownThread).
 type Threads interface {
-	// AcceptRun records a newly accepted run in its thread and merges its input; it reads
-	// the thread at once and writes nothing before created returns nil.
-	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, created func() error) error
+	// ReadThreadAhead starts reading a thread for the AcceptRun that follows; AcceptRun
+	// records a newly accepted run in its thread and merges its input.
+	ReadThreadAhead(ctx context.Context, principal, threadID string) *jetstream.ThreadAhead
+	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) error
 	// FinishRun applies a run's stored events to its thread and records how it ended.
 	FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error
 	// Thread returns the principal's thread; Threads lists them, newest first;
@@ -39,10 +40,10 @@ type Threads interface {
 const threadTimeout = 10 * time.Second
 
 // threadLog is a run's log that records the run in its thread: as accepted before the turn
-// starts (acceptRun), and finished before the log closes (so that a hydrate which no longer
-// reports the run as active has its final messages). A log that failed is left to whoever
-// ends it (the reaper, a resubmit). A failed thread update is logged: the turn goes on, and
-// its thread does not show it.
+// starts (so that a hydrate from the run's first event on reports it), and finished before
+// the log closes (so that a hydrate which no longer reports the run as active has its final
+// messages). A log that failed is left to whoever ends it (the reaper, a resubmit). A failed
+// thread update is logged: the turn goes on, and its thread does not show it.
 type threadLog struct {
 	*jetstream.Writer
 	srv                        *Server
@@ -74,40 +75,15 @@ func (l *threadLog) Append(event []byte, stored func(offset string, err error)) 
 	l.Writer.Append(event, stored)
 }
 
-// acceptRun records the run of in as accepted in its thread while its log is being created,
-// and returns a channel closed once done. It reads the thread at once and writes it only
-// once created yields nil, the outcome of the log's creation: a run whose log could not be
-// created (another principal's runId, the store unavailable) never shows in the thread.
-//
-// The turn starts once the thread is written (startTurn), so every event of the run is
-// stored after the thread knows the run: whatever reads the log (the owner's socket, a
-// follower, a resume, a join), a client that received an event and then hydrates finds the
-// run active, or finished.
-func (srv *Server) acceptRun(principal string, in *protocol.RunAgentInput, created <-chan error, log *slog.Logger) <-chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		// The thread's timeout counts from the log's creation, which may wait out an
-		// outage; until then the read is bounded by the store's request timeout.
-		ctx, cancel := context.WithCancel(srv.ctx)
-		defer cancel()
-		var createErr error
-		var timeout *time.Timer
-		err := srv.cfg.Threads.AcceptRun(ctx, principal, in.ThreadID, in.RunID, in.JSON(), func() error {
-			if createErr = <-created; createErr != nil {
-				return createErr
-			}
-			timeout = time.AfterFunc(threadTimeout, cancel)
-			return nil
-		})
-		if timeout != nil {
-			timeout.Stop()
-		}
-		if err != nil && createErr == nil {
-			log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
-		}
-	}()
-	return done
+// newThreadLog records the run of in as accepted in its thread, from ahead (the thread read
+// while the run's log was created), and returns w recording its end.
+func (srv *Server) newThreadLog(w *jetstream.Writer, principal string, in *protocol.RunAgentInput, ahead *jetstream.ThreadAhead, log *slog.Logger) *threadLog {
+	ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
+	defer cancel()
+	if err := srv.cfg.Threads.AcceptRun(ctx, principal, in.ThreadID, in.RunID, in.JSON(), ahead); err != nil {
+		log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
+	}
+	return &threadLog{Writer: w, srv: srv, principal: principal, threadID: in.ThreadID, runID: in.RunID, log: log}
 }
 
 // Close closes the log, then finishes the run's thread from it (at most threadTimeout), so

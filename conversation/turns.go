@@ -228,17 +228,18 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	if req.prev != nil {
 		srv.endPrevious(req.prev, log)
 	}
-	// The thread is read while the log is created, and written once it exists (acceptRun).
-	var accepted <-chan struct{}
-	var created chan error
-	if srv.cfg.Threads != nil && req.in.ThreadID != "" {
-		created = make(chan error, 1)
-		accepted = srv.acceptRun(s.key.principal, req.in, created, log)
+	// The run's thread is read while its log is created, and written once the log exists:
+	// a run that could not be created (another principal's runId, the store unavailable)
+	// never shows in the thread. The turn starts once the thread is written, so every event
+	// of the run is stored after the thread knows the run: whoever reads the log (the
+	// owner's socket, a follower, a resume, a join), a client that received an event and
+	// then hydrates finds the run active, or finished.
+	var ahead *jetstream.ThreadAhead
+	threaded := srv.cfg.Threads != nil && req.in.ThreadID != ""
+	if threaded {
+		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)
 	}
 	runLog, err := srv.cfg.Store.Create(srv.ctx, s.key.principal, s.key.runID, req.in.ThreadID)
-	if created != nil {
-		created <- err
-	}
 	if err != nil {
 		srv.turns.end(s)
 		if errors.Is(err, jetstream.ErrForbidden) {
@@ -253,10 +254,8 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
 	}
 	var tlog turn.Log = runLog
-	if accepted != nil {
-		// The turn's first event is stored after the thread knows the run.
-		<-accepted
-		tlog = &threadLog{Writer: runLog, srv: srv, principal: s.key.principal, threadID: req.in.ThreadID, runID: s.key.runID, log: log}
+	if threaded {
+		tlog = srv.newThreadLog(runLog, s.key.principal, req.in, ahead, log)
 	}
 	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened

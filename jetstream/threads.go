@@ -154,10 +154,9 @@ func (s *Store) release(key string, h *threadHold) {
 // updateThread applies f to the thread's current value and writes the result if f reports a
 // change, conditionally on the revision it read (created if it read none); on a conflict it
 // reads again and reapplies f. f sees exists false (and a zero Thread) for a missing thread.
-// ready, if not nil, is called once before the first write, after the first read: its error
-// ends the update unwritten. The store's updates of one thread run one at a time, each from
-// the value the previous one wrote (threadHold).
-func (s *Store) updateThread(ctx context.Context, principal, threadID string, ready func() error, f func(t *Thread, exists bool) (bool, error)) error {
+// The store's updates of one thread run one at a time, each from the value the previous one
+// wrote (threadHold); the first, when no update precedes it, from ahead's read if not nil.
+func (s *Store) updateThread(ctx context.Context, principal, threadID string, ahead *ThreadAhead, f func(t *Thread, exists bool) (bool, error)) error {
 	key := threadKey(principal, threadID)
 	h := s.hold(key)
 	defer s.release(key, h)
@@ -165,15 +164,16 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, re
 		var t Thread
 		val, rev := h.val, h.rev // what the previous update wrote, if it did
 		h.val = nil              // the next attempt reads the thread
-		if val == nil {
-			e, err := s.threads.Get(ctx, key)
-			switch {
-			case errors.Is(err, natsjs.ErrKeyNotFound):
-				rev = 0
-			case err != nil:
-				return fmt.Errorf("thread: %w", err)
-			default:
-				val, rev = e.Value(), e.Revision()
+		read := val != nil
+		if !read && ahead != nil {
+			<-ahead.done
+			val, rev, read = ahead.val, ahead.rev, ahead.err == nil
+		}
+		ahead = nil
+		if !read {
+			var err error
+			if val, rev, err = s.readThread(ctx, key); err != nil {
+				return err
 			}
 		}
 		if val != nil {
@@ -193,12 +193,6 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, re
 		b, err := s.encodeThread(&t)
 		if err != nil {
 			return err
-		}
-		if ready != nil {
-			if err := ready(); err != nil {
-				return err
-			}
-			ready = nil
 		}
 		if rev == 0 {
 			rev, err = s.threads.Create(ctx, key, b)
@@ -260,14 +254,45 @@ func (s *Store) encodeThread(t *Thread) ([]byte, error) {
 	return b, err
 }
 
+// readThread returns the value of the thread key and its revision; none (nil, 0) when the
+// thread does not exist.
+func (s *Store) readThread(ctx context.Context, key string) ([]byte, uint64, error) {
+	e, err := s.threads.Get(ctx, key)
+	switch {
+	case errors.Is(err, natsjs.ErrKeyNotFound):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("thread: %w", err)
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+// ThreadAhead is a thread read ahead of its update (ReadThreadAhead).
+type ThreadAhead struct {
+	done chan struct{}
+	val  []byte
+	rev  uint64
+	err  error
+}
+
+// ReadThreadAhead starts reading the principal's thread for an AcceptRun that follows, so
+// that the read goes on while the caller does something else first (creates the run's log).
+// An AcceptRun given it starts from what it read, unless an update of the thread through
+// this store came after; a stale read costs its compare-and-set and a read again.
+func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string) *ThreadAhead {
+	a := &ThreadAhead{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.val, a.rev, a.err = s.readThread(ctx, threadKey(principal, threadID))
+	}()
+	return a
+}
+
 // AcceptRun records a newly accepted run of the principal's thread (state running) and merges
 // its input (RunAgentInput JSON) into the transcript, creating the thread if needed. A run
-// accepted again (a resubmit) is running again. created, if not nil, tells whether the run
-// may be recorded: AcceptRun reads the thread at once, and calls created before it writes
-// anything, so that the read goes on while the caller creates the run's log; an error of
-// created ends AcceptRun with that error, the thread unchanged.
-func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, created func() error) error {
-	return s.updateThread(ctx, principal, threadID, created, func(t *Thread, exists bool) (bool, error) {
+// accepted again (a resubmit) is running again. ahead, if not nil, is the thread read ahead.
+func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead) error {
+	return s.updateThread(ctx, principal, threadID, ahead, func(t *Thread, exists bool) (bool, error) {
 		now := time.Now().UTC()
 		if !exists {
 			t.Created = now
