@@ -117,9 +117,10 @@ func principalPrefix(principal string) string {
 const threadAttempts = 100
 
 // threadHold lets one of a store's updates of a thread run at a time, and hands the value
-// each wrote to the next: a run that starts as the previous one of its thread ends updates
-// the thread right after that end's update, without reading it back, instead of failing the
-// compare-and-set behind it. It lives while updates hold it or wait for it.
+// each wrote to the next: when a run starts as the previous run of its thread ends, the
+// second of their updates starts from the value the first wrote, instead of failing the
+// compare-and-set behind it and reading the thread again. It lives while updates hold it or
+// wait for it.
 type threadHold struct {
 	mu   sync.Mutex
 	refs int    // updates holding or waiting; guarded by Store.holdsMu
