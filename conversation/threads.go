@@ -21,8 +21,10 @@ import (
 // Threads keeps the principals' threads (THREADS.md sections 1 and 4): *jetstream.Store.
 // Its errors are jetstream's (ErrUnknownThread).
 type Threads interface {
-	// AcceptRun records a newly accepted run in its thread and merges its input.
-	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage) error
+	// ReadThreadAhead starts reading a thread for the AcceptRun that follows; AcceptRun
+	// records a newly accepted run in its thread and merges its input.
+	ReadThreadAhead(ctx context.Context, principal, threadID string) *jetstream.ThreadAhead
+	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) error
 	// FinishRun applies a run's stored events to its thread and records how it ended.
 	FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error
 	// Thread returns the principal's thread; Threads lists them, newest first;
@@ -73,12 +75,12 @@ func (l *threadLog) Append(event []byte, stored func(offset string, err error)) 
 	l.Writer.Append(event, stored)
 }
 
-// newThreadLog records the run of in as accepted in its thread and returns w recording its
-// end.
-func (srv *Server) newThreadLog(w *jetstream.Writer, principal string, in *protocol.RunAgentInput, log *slog.Logger) *threadLog {
+// newThreadLog records the run of in as accepted in its thread, from ahead (the thread read
+// while the run's log was created), and returns w recording its end.
+func (srv *Server) newThreadLog(w *jetstream.Writer, principal string, in *protocol.RunAgentInput, ahead *jetstream.ThreadAhead, log *slog.Logger) *threadLog {
 	ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
 	defer cancel()
-	if err := srv.cfg.Threads.AcceptRun(ctx, principal, in.ThreadID, in.RunID, in.JSON()); err != nil {
+	if err := srv.cfg.Threads.AcceptRun(ctx, principal, in.ThreadID, in.RunID, in.JSON(), ahead); err != nil {
 		log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
 	}
 	return &threadLog{Writer: w, srv: srv, principal: principal, threadID: in.ThreadID, runID: in.RunID, log: log}

@@ -103,13 +103,19 @@ func TestHydrate(t *testing.T) {
 	}
 }
 
-// TestHydrateActiveRun: while a turn runs, a hydrate reports it with its reply so far; once
-// it is aborted, the partial reply stays and no run is active.
+// TestHydrateActiveRun: from a turn's first event on, a hydrate reports it with the user's
+// message; while it runs, with its reply so far; once it is aborted, the partial reply stays
+// and no run is active.
 func TestHydrateActiveRun(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	st := e.open(t, "/api/chat", http.MethodPost, threadFrame("T", "r1", script{Tokens: 2, Block: true}, "u1", "hello"), nil)
-	st.n(5) // run.accepted, RUN_STARTED, TEXT_MESSAGE_START and both deltas
+	st.n(1) // run.accepted
 	h := e.hydrate(t, "/api/chat", "", "threadId", "T")
+	if h.ActiveRun == nil || h.ActiveRun.RunID != "r1" || !strings.HasPrefix(h.summary(), "u1 user: hello | ") {
+		t.Fatalf("hydrate after the first event = %s", h.raw)
+	}
+	st.n(4) // RUN_STARTED, TEXT_MESSAGE_START and both deltas
+	h = e.hydrate(t, "/api/chat", "", "threadId", "T")
 	if h.ActiveRun == nil || h.ActiveRun.RunID != "r1" || h.summary() != "u1 user: hello | m-r1-1 assistant: t1 t2  | " {
 		t.Fatalf("hydrate while running = %s", h.raw)
 	}
@@ -142,6 +148,28 @@ func TestHydratePages(t *testing.T) {
 	}
 	if all := e.hydrate(t, "/api/chat", "", "threadId", "T", "limit", "x"); len(all.Messages) != 6 || all.Page != nil {
 		t.Fatalf("limit=x = %s", all.raw)
+	}
+}
+
+// TestRefusedRunLeavesThread: a run frame with another principal's runId is refused, and
+// neither its thread nor the runId's owner's thread shows it: the thread is read while the
+// log is created, and written only once the log exists.
+func TestRefusedRunLeavesThread(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	e.open(t, "/api/chat", http.MethodPost, threadFrame("T", "r1", script{Tokens: 1}, "u1", "hello"), nil).all()
+	owner := e.hydrate(t, "/api/chat", "", "threadId", "T").raw
+	p2 := http.Header{"X-Principal": {"p2"}}
+	for _, thread := range []string{"T", "T2"} {
+		got := summary(e.open(t, "/api/chat", http.MethodPost, threadFrame(thread, "r1", script{Tokens: 1}, "u9", "intruder"), p2).all())
+		if got != "bare RUN_ERROR:forbidden" {
+			t.Fatalf("another principal's runId in thread %s: %s, want bare RUN_ERROR:forbidden", thread, got)
+		}
+		if h := e.hydrate(t, "/api/chat", "p2", "threadId", thread).raw; h != emptyThread {
+			t.Errorf("the refused run's thread %s = %s, want %s", thread, h, emptyThread)
+		}
+	}
+	if h := e.hydrate(t, "/api/chat", "", "threadId", "T").raw; h != owner {
+		t.Errorf("the runId's owner's thread changed:\n%s\nwant\n%s", h, owner)
 	}
 }
 

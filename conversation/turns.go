@@ -228,6 +228,17 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	if req.prev != nil {
 		srv.endPrevious(req.prev, log)
 	}
+	// The run's thread is read while its log is created, and written once the log exists:
+	// a run that could not be created (another principal's runId, the store unavailable)
+	// never shows in the thread. The turn starts once the thread is written, so every event
+	// of the run is stored after the thread knows the run: whoever reads the log (the
+	// owner's socket, a follower, a resume, a join), a client that received an event and
+	// then hydrates finds the run active, or finished.
+	var ahead *jetstream.ThreadAhead
+	threaded := srv.cfg.Threads != nil && req.in.ThreadID != ""
+	if threaded {
+		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)
+	}
 	runLog, err := srv.cfg.Store.Create(srv.ctx, s.key.principal, s.key.runID, req.in.ThreadID)
 	if err != nil {
 		srv.turns.end(s)
@@ -243,8 +254,8 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
 	}
 	var tlog turn.Log = runLog
-	if srv.cfg.Threads != nil && req.in.ThreadID != "" {
-		tlog = srv.newThreadLog(runLog, s.key.principal, req.in, log)
+	if threaded {
+		tlog = srv.newThreadLog(runLog, s.key.principal, req.in, ahead, log)
 	}
 	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened

@@ -26,9 +26,12 @@
 //     which runs of a thread run now (<ThreadPrefix>.query), which Store.OnThreadQuery
 //     answers. Core NATS, at most once: a follower subscribes first, then queries.
 //   - Threads (threads.go): Store.AcceptRun records a run accepted in its thread and merges
-//     its input into the transcript (package thread); Store.FinishRun applies the run's log
-//     and records how it ended; Store.Thread, Store.Threads and Store.DeleteThread read, list
-//     and delete a principal's threads (a delete purges its runs' logs and metadata too).
+//     its input into the transcript (package thread), from the thread Store.ReadThreadAhead
+//     read while the run's log was created; Store.FinishRun applies the run's log and records
+//     how it ended. Each is a compare-and-set on the thread's value; a store's updates of one
+//     thread go one at a time, each from the value the previous wrote. Store.Thread,
+//     Store.Threads and Store.DeleteThread read, list and delete a principal's threads (a
+//     delete purges its runs' logs and metadata too).
 //
 // # Layout on JetStream
 //

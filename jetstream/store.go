@@ -276,6 +276,10 @@ type Store struct {
 	shards map[int]*shard
 	tails  map[string]*tail // the shared tails of logs, by tailKey
 
+	// holds are the threads this store is updating, by key (threadHold).
+	holdsMu sync.Mutex
+	holds   map[string]*threadHold
+
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
 	byKey    map[string]*Writer // the newest writer of each run key
@@ -297,7 +301,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
-		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
+		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, holds: map[string]*threadHold{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
 		creates: make(chan struct{}, maxCreates)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	url := cfg.URLs

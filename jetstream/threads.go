@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -115,24 +116,71 @@ func principalPrefix(principal string) string {
 // threadAttempts bounds the compare-and-set attempts of one thread update.
 const threadAttempts = 100
 
+// threadHold lets one of a store's updates of a thread run at a time, and hands the value
+// each wrote to the next: when a run starts as the previous run of its thread ends, the
+// second of their updates starts from the value the first wrote, instead of failing the
+// compare-and-set behind it and reading the thread again. It lives while updates hold it or
+// wait for it.
+type threadHold struct {
+	mu   sync.Mutex
+	refs int    // updates holding or waiting; guarded by Store.holdsMu
+	val  []byte // the value the previous update wrote, at revision rev; nil: read it
+	rev  uint64
+}
+
+// hold returns the thread key's hold, locked.
+func (s *Store) hold(key string) *threadHold {
+	s.holdsMu.Lock()
+	h := s.holds[key]
+	if h == nil {
+		h = &threadHold{}
+		s.holds[key] = h
+	}
+	h.refs++
+	s.holdsMu.Unlock()
+	h.mu.Lock()
+	return h
+}
+
+// release unlocks the thread key's hold, and forgets it when no update waits for it.
+func (s *Store) release(key string, h *threadHold) {
+	h.mu.Unlock()
+	s.holdsMu.Lock()
+	if h.refs--; h.refs == 0 {
+		delete(s.holds, key)
+	}
+	s.holdsMu.Unlock()
+}
+
 // updateThread applies f to the thread's current value and writes the result if f reports a
 // change, conditionally on the revision it read (created if it read none); on a conflict it
 // reads again and reapplies f. f sees exists false (and a zero Thread) for a missing thread.
-func (s *Store) updateThread(ctx context.Context, principal, threadID string, f func(t *Thread, exists bool) (bool, error)) error {
+// The store's updates of one thread run one at a time, each from the value the previous one
+// wrote (threadHold); the first, when no update precedes it, from ahead's read if not nil.
+func (s *Store) updateThread(ctx context.Context, principal, threadID string, ahead *ThreadAhead, f func(t *Thread, exists bool) (bool, error)) error {
 	key := threadKey(principal, threadID)
+	h := s.hold(key)
+	defer s.release(key, h)
 	for attempt := 0; attempt < threadAttempts; attempt++ {
 		var t Thread
-		var rev uint64
-		e, err := s.threads.Get(ctx, key)
-		switch {
-		case errors.Is(err, natsjs.ErrKeyNotFound):
-		case err != nil:
-			return fmt.Errorf("thread: %w", err)
-		default:
-			if err := json.Unmarshal(e.Value(), &t); err != nil {
+		val, rev := h.val, h.rev // what the previous update wrote, if it did
+		h.val = nil              // the next attempt reads the thread
+		read := val != nil
+		if !read && ahead != nil {
+			<-ahead.done
+			val, rev, read = ahead.val, ahead.rev, ahead.err == nil
+		}
+		ahead = nil
+		if !read {
+			var err error
+			if val, rev, err = s.readThread(ctx, key); err != nil {
+				return err
+			}
+		}
+		if val != nil {
+			if err := json.Unmarshal(val, &t); err != nil {
 				return fmt.Errorf("thread: %w", err)
 			}
-			rev = e.Revision()
 		}
 		exists := rev != 0 && t.Principal == principal && t.ThreadID == threadID
 		if !exists {
@@ -148,20 +196,24 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, f 
 			return err
 		}
 		if rev == 0 {
-			_, err = s.threads.Create(ctx, key, b)
+			rev, err = s.threads.Create(ctx, key, b)
 		} else {
-			_, err = s.threads.Update(ctx, key, b, rev)
+			rev, err = s.threads.Update(ctx, key, b, rev)
 		}
 		if err == nil {
+			h.val, h.rev = b, rev
 			return nil
 		}
 		if !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
 			return fmt.Errorf("thread: %w", err)
 		}
-		// Another gateway wrote the thread meanwhile: read it again, after a short random
-		// pause so that writers in step drift apart.
-		if err := s.sleep(ctx, time.Duration(rand.IntN(5*(attempt+1)+1))*time.Millisecond); err != nil {
-			return err
+		// Another gateway wrote the thread meanwhile: read it again, at once the first time
+		// (its write is done), then after a short random pause so that writers in step
+		// drift apart.
+		if attempt > 0 {
+			if err := s.sleep(ctx, time.Duration(rand.IntN(5*attempt+1))*time.Millisecond); err != nil {
+				return err
+			}
 		}
 	}
 	return errors.New("thread: too many concurrent updates")
@@ -203,11 +255,45 @@ func (s *Store) encodeThread(t *Thread) ([]byte, error) {
 	return b, err
 }
 
+// readThread returns the value of the thread key and its revision; none (nil, 0) when the
+// thread does not exist.
+func (s *Store) readThread(ctx context.Context, key string) ([]byte, uint64, error) {
+	e, err := s.threads.Get(ctx, key)
+	switch {
+	case errors.Is(err, natsjs.ErrKeyNotFound):
+		return nil, 0, nil
+	case err != nil:
+		return nil, 0, fmt.Errorf("thread: %w", err)
+	}
+	return e.Value(), e.Revision(), nil
+}
+
+// ThreadAhead is a thread read ahead of its update (ReadThreadAhead).
+type ThreadAhead struct {
+	done chan struct{}
+	val  []byte
+	rev  uint64
+	err  error
+}
+
+// ReadThreadAhead starts reading the principal's thread for an AcceptRun that follows, so
+// that the read goes on while the caller does something else first (creates the run's log).
+// An AcceptRun given it starts from what it read, unless an update of the thread through
+// this store came after; a stale read costs its compare-and-set and a read again.
+func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string) *ThreadAhead {
+	a := &ThreadAhead{done: make(chan struct{})}
+	go func() {
+		defer close(a.done)
+		a.val, a.rev, a.err = s.readThread(ctx, threadKey(principal, threadID))
+	}()
+	return a
+}
+
 // AcceptRun records a newly accepted run of the principal's thread (state running) and merges
 // its input (RunAgentInput JSON) into the transcript, creating the thread if needed. A run
-// accepted again (a resubmit) is running again.
-func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage) error {
-	return s.updateThread(ctx, principal, threadID, func(t *Thread, exists bool) (bool, error) {
+// accepted again (a resubmit) is running again. ahead, if not nil, is the thread read ahead.
+func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead) error {
+	return s.updateThread(ctx, principal, threadID, ahead, func(t *Thread, exists bool) (bool, error) {
 		now := time.Now().UTC()
 		if !exists {
 			t.Created = now
@@ -233,7 +319,7 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 // nothing for a run that the thread does not hold as running (finished already, or its thread
 // deleted).
 func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error {
-	return s.updateThread(ctx, principal, threadID, func(t *Thread, exists bool) (bool, error) {
+	return s.updateThread(ctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
 		r := t.run(runID)
 		if !exists || r == nil || r.State != ThreadRunRunning {
 			return false, nil

@@ -44,7 +44,9 @@ func texts(t *Thread) map[string]string {
 }
 
 // TestThreadTwoGatewaysLoseNothing runs turns of one thread from two stores on one NATS
-// server (two gateways) at once: every run and every message is in the thread afterwards.
+// server (two gateways) at once: every run and every message is in the thread afterwards,
+// whether an update conflicted with the other store's, followed its own store's, or started
+// from a stale read ahead.
 func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
 	var stores []*Store
@@ -63,7 +65,10 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 			wg.Go(func() {
 				runID := fmt.Sprintf("run-%d-%d", si, i)
 				text := fmt.Sprintf("hello %d %d", si, i)
-				if err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text)); err != nil {
+				// The thread read ahead, as a gateway reads it while it creates the run's
+				// log: often stale by the time the run is accepted.
+				ahead := s.ReadThreadAhead(ctx, "alice", "T")
+				if err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text), ahead); err != nil {
 					errs <- err
 					return
 				}
@@ -77,6 +82,13 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	for i, s := range stores {
+		s.holdsMu.Lock()
+		if n := len(s.holds); n != 0 {
+			t.Errorf("store %d keeps %d thread holds after its updates ended", i, n)
+		}
+		s.holdsMu.Unlock()
 	}
 	th, err := stores[1].Thread(ctx, "alice", "T")
 	if err != nil {
@@ -115,7 +127,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread")); err != nil {
+	if err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread"), nil); err != nil {
 		t.Fatal(err)
 	}
 	var evs [][]byte
@@ -133,7 +145,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread")); err != nil {
+	if err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread"), nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -183,7 +195,7 @@ func TestThreadReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi")); err != nil {
+	if err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil); err != nil {
 		t.Fatal(err)
 	}
 	evs := turnEvents("T", "r1", "hi")

@@ -164,6 +164,10 @@ func (r *results) write(w io.Writer) {
 		b, nb := median(r.load["latency.reference"], l.f)
 		row(l.name, num(a, na, "%.2f"), num(b, nb, "%.2f"), "", "gateway p99 ≤ 3 ms at 2,000 events/s")
 	}
+	for _, q := range []int{50, 99} {
+		v, n := median(r.load["farstart.gateway"], func(x *report) float64 { return pct(x.FirstEventLatency, q) })
+		row(fmt.Sprintf("first event from run frame p%d, NATS 20 ms away (ms)", q), num(v, n, "%.1f"), "", "", "about 20 ms per round trip of a turn's start")
+	}
 	for _, q := range []int{99, 50} {
 		v, n := median(r.raw["raw-jetstream-paced"], func(x *rawReport) float64 { return pct(x.Latency, q) })
 		row(fmt.Sprintf("raw JetStream publish → ack p%d, paced like the latency scenario (ms)", q), num(v, n, "%.2f"), "", "", "machine baseline")
