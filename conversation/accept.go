@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"bufio"
+	"bytes"
 	"net"
 	"net/http"
 	"sync"
@@ -48,6 +49,9 @@ func (w *batchHijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 // hijack takes over w's connection, wrapped in a batchConn stored in batch, with a read
 // buffer of socketBufferSize and a write buffer of writeSize. The batchConn knows the read
 // buffer (field in) when its reader may wait for input outside coder/websocket (idle.go).
+// What net/http read past the handshake (a client that sent its first frame with the
+// handshake, or as soon as the 101 reached it, before the hijack) is copied out of
+// net/http's 4 KiB buffer, and the batchConn's reads return it first.
 func hijack(w http.ResponseWriter, writeSize int, batch **batchConn) (net.Conn, *bufio.ReadWriter, error) {
 	raw, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
@@ -55,16 +59,14 @@ func hijack(w http.ResponseWriter, writeSize int, batch **batchConn) (net.Conn, 
 	}
 	b := &batchConn{Conn: raw}
 	*batch = b
-	r := brw.Reader
-	if r.Buffered() == 0 {
-		r = bufio.NewReaderSize(b, socketBufferSize)
-		if waitable(raw) {
-			b.in = r
-		}
+	if n := brw.Reader.Buffered(); n > 0 {
+		early, _ := brw.Reader.Peek(n)
+		b.early = bytes.Clone(early)
 	}
-	// Otherwise the client pipelined its first frame: keep the reader that holds it. The
-	// socket's reader then waits inside coder/websocket, which moves the frame out of the
-	// buffer, where Buffered does not see it.
+	r := bufio.NewReaderSize(b, socketBufferSize)
+	if waitable(raw) {
+		b.in = r
+	}
 	return b, bufio.NewReadWriter(r, bufio.NewWriterSize(b, writeSize)), nil
 }
 

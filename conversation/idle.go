@@ -34,9 +34,8 @@ import (
 //     coder/websocket closes the socket there.
 //
 // The reader waits in awaitInput only where waitable allows it (a plain TCP or Unix socket
-// on Unix, whose input is all in the kernel or in the read buffer), and not for a client
-// that pipelined its first frame with the handshake (hijack). Elsewhere it waits inside
-// coder/websocket, on one goroutine.
+// on Unix, whose input is all in the kernel, in the read buffer, or in what net/http read
+// before the hijack). Elsewhere it waits inside coder/websocket, on one goroutine.
 
 // The technique relies on behaviour of coder/websocket that its API does not promise (the
 // errParked read above, and the context of reads reaching the control frame callbacks):
@@ -48,8 +47,15 @@ import (
 // batchConn holds it.
 type parking struct {
 	in     *bufio.Reader // the socket's read buffer; nil: the reader never parks
+	early  []byte        // read by net/http before the hijack: reads return it first
 	header bool          // the reader waits for a message's first frame
 	park   bool          // the next read from the connection returns errParked
+}
+
+// drained reports whether the socket's input is all in the kernel: nothing in its read
+// buffer, nor read before the hijack and not yet in the buffer.
+func (p *parking) drained() bool {
+	return p.in.Buffered() == 0 && len(p.early) == 0
 }
 
 // errParked is the error of a read that would wait for the first byte of a frame header
@@ -79,13 +85,21 @@ func (c *batchConn) Value(key any) any {
 	return nil
 }
 
-// Read reads from the connection, or returns errParked once when parkAfterControl armed it.
-// park is set and cleared under coder/websocket's read lock: parkAfterControl runs in its
-// read path, and it reads the connection only under that lock.
+// Read reads from the connection, after what net/http read before the hijack, or returns
+// errParked once when parkAfterControl armed it. park is set and cleared under
+// coder/websocket's read lock: parkAfterControl runs in its read path, and it reads the
+// connection only under that lock.
 func (c *batchConn) Read(p []byte) (int, error) {
 	if c.park {
 		c.park = false
 		return 0, errParked
+	}
+	if len(c.early) > 0 {
+		n := copy(p, c.early)
+		if c.early = c.early[n:]; len(c.early) == 0 {
+			c.early = nil
+		}
+		return n, nil
 	}
 	return c.Conn.Read(p)
 }
@@ -111,7 +125,7 @@ func (c *conn) awaitInput() {
 		return
 	}
 	c.mu.Lock()
-	idle := !c.gone && b.in.Buffered() == 0
+	idle := !c.gone && b.drained()
 	c.mu.Unlock()
 	if idle {
 		waitReadable(b.Conn)

@@ -23,7 +23,7 @@ func parkOptions(o *websocket.AcceptOptions) {
 // handshake have another context and are left alone.
 func parkAfterControl(ctx context.Context, _ []byte) {
 	c, _ := ctx.Value(socketKey{}).(*batchConn)
-	if c != nil && c.header && c.in.Buffered() == 0 {
+	if c != nil && c.header && c.drained() {
 		c.park = true
 	}
 }
