@@ -442,6 +442,9 @@ func watch(ctx context.Context, conn *atomic.Pointer[websocket.Conn]) (stop func
 
 // idle reads (and ignores) frames until ctx is cancelled.
 func (s *sock) idle(ctx context.Context) {
+	if s.conn == nil {
+		return // its turn failed and closed it (counted then)
+	}
 	var conn atomic.Pointer[websocket.Conn]
 	conn.Store(s.conn)
 	defer watch(ctx, &conn)()
