@@ -133,7 +133,7 @@ func (c *batchConn) begin(deadline time.Time) {
 }
 
 // end writes what the batch holds, returns its buffer to the pool and clears the write
-// deadline (coder/websocket bounds the writes outside batches with its own timeouts).
+// deadline (a write outside a batch sets its own, with timeout).
 func (c *batchConn) end() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
