@@ -21,6 +21,10 @@ const socketBufferSize = 128
 // control frame.
 const batchWriteBufferSize = 64
 
+// maxFrameHeader is the longest header of a frame the server sends (unmasked, a 64-bit
+// length).
+const maxFrameHeader = 10
+
 // batchBufferSize bounds the bytes a batch holds before they are written: a batch of queued
 // frames leaves in one write system call per batchBufferSize bytes.
 const batchBufferSize = 32 << 10
@@ -33,31 +37,34 @@ var batchBuffers = sync.Pool{New: func() any {
 
 // batchHijacker is a ResponseWriter whose Hijack returns the connection as a *batchConn (in
 // field conn, for the socket's writer) with small buffers: the read buffer of
-// socketBufferSize, the write buffer of batchWriteBufferSize.
+// socketBufferSize, the write buffer of batchWriteBufferSize. Each write outside a batch
+// must be done within writeTimeout.
 type batchHijacker struct {
 	http.ResponseWriter
-	conn *batchConn // set by Hijack
+	writeTimeout time.Duration
+	conn         *batchConn // set by Hijack
 }
 
 func (w *batchHijacker) Hijack() (net.Conn, *bufio.ReadWriter, error) {
-	return hijack(w.ResponseWriter, batchWriteBufferSize, &w.conn)
+	return hijack(w.ResponseWriter, batchWriteBufferSize, w.writeTimeout, &w.conn)
 }
 
 // Unwrap lets http.ResponseController reach the underlying writer.
 func (w *batchHijacker) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // hijack takes over w's connection, wrapped in a batchConn stored in batch, with a read
-// buffer of socketBufferSize and a write buffer of writeSize. The batchConn knows the read
-// buffer (field in) when its reader may wait for input outside coder/websocket (idle.go).
-// What net/http read past the handshake (a client that sent its first frame with the
-// handshake, or as soon as the 101 reached it, before the hijack) is copied out of
-// net/http's 4 KiB buffer, and the batchConn's reads return it first.
-func hijack(w http.ResponseWriter, writeSize int, batch **batchConn) (net.Conn, *bufio.ReadWriter, error) {
+// buffer of socketBufferSize, a write buffer of writeSize and writeTimeout for each write
+// outside a batch. The batchConn knows the read buffer (field in) when its reader may wait
+// for input outside coder/websocket (idle.go). What net/http read past the handshake (a
+// client that sent its first frame with the handshake, or as soon as the 101 reached it,
+// before the hijack) is copied out of net/http's 4 KiB buffer, and the batchConn's reads
+// return it first.
+func hijack(w http.ResponseWriter, writeSize int, writeTimeout time.Duration, batch **batchConn) (net.Conn, *bufio.ReadWriter, error) {
 	raw, brw, err := http.NewResponseController(w).Hijack()
 	if err != nil {
 		return nil, nil, err
 	}
-	b := &batchConn{Conn: raw}
+	b := &batchConn{Conn: raw, timeout: writeTimeout}
 	*batch = b
 	if n := brw.Reader.Buffered(); n > 0 {
 		early, _ := brw.Reader.Peek(n)
@@ -71,7 +78,9 @@ func hijack(w http.ResponseWriter, writeSize int, batch **batchConn) (net.Conn, 
 }
 
 // batchConn is a socket's connection whose writes can be batched. Outside a batch every write
-// goes to the connection at once. Between begin and end (the writer goroutine writing the
+// goes to the connection at once, with a deadline of timeout from its start (the writes of
+// control frames: pings, whose context has no deadline, pongs and the close handshake; and
+// lone short frames). Between begin and end (the writer goroutine writing the
 // frames it took from the queue), every write, the batch's frames and any control frame
 // (ping, pong, close) another goroutine writes meanwhile, is appended to a pooled buffer,
 // written when the buffer would pass batchBufferSize and at end: a control frame waits at
@@ -84,8 +93,9 @@ func hijack(w http.ResponseWriter, writeSize int, batch **batchConn) (net.Conn, 
 // reader's reads, which lets an idle reader wait outside coder/websocket (idle.go).
 type batchConn struct {
 	net.Conn
-	mu  sync.Mutex
-	buf *[]byte // the batch in progress; nil outside a batch
+	timeout time.Duration // of a write outside a batch; 0: none
+	mu      sync.Mutex
+	buf     *[]byte // the batch in progress; nil outside a batch
 
 	parking // the idle reader's state (idle.go)
 }
@@ -95,6 +105,10 @@ func (c *batchConn) Write(p []byte) (int, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.buf == nil {
+		if c.timeout > 0 {
+			// An error here means the connection is closed: the write reports it.
+			_ = c.Conn.SetWriteDeadline(time.Now().Add(c.timeout))
+		}
 		return c.Conn.Write(p)
 	}
 	if len(*c.buf)+len(p) > batchBufferSize {
@@ -121,7 +135,7 @@ func (c *batchConn) begin(deadline time.Time) {
 }
 
 // end writes what the batch holds, returns its buffer to the pool and clears the write
-// deadline (coder/websocket bounds the writes outside batches with its own timeouts).
+// deadline (a write outside a batch sets its own, with timeout).
 func (c *batchConn) end() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

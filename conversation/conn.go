@@ -203,12 +203,13 @@ func (c *conn) Ping() {
 }
 
 // protocolPing waits for the pong of one protocol ping; the heartbeat wheel decides when an
-// unanswered ping means a dead peer.
+// unanswered ping means a dead peer. The ping has no context deadline, which would cost a
+// timer, a context and coder/websocket's AfterFunc per ping of every socket: its write is
+// bounded by the connection's write timeout (batchConn.Write), and the wait for the pong by
+// the wheel, whose Expire(Dead) closes the socket, which ends the wait.
 func (c *conn) protocolPing() {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(context.Background(), c.srv.cfg.Heartbeat.PongTimeout)
-	defer cancel()
-	err := c.ws.Ping(ctx)
+	err := c.ws.Ping(context.Background())
 	c.mu.Lock()
 	c.pinging = false
 	c.mu.Unlock()
@@ -305,9 +306,15 @@ func (c *conn) writeLoop() {
 // writeBatch writes the frames taken from the queue under one write deadline
 // (Config.WriteTimeout), stopping early when a close without flush is requested meanwhile.
 // The frames leave in one system call per batchBufferSize bytes, and coder/websocket gets a
-// context without deadline, so it arms no timer per frame.
+// context without deadline, so it arms no timer per frame. A lone frame that fits
+// coder/websocket's write buffer with its header (a heartbeat frame, most often) leaves in
+// one system call anyway: it takes no batch buffer, and the write has the connection's
+// timeout of writes outside a batch.
 func (c *conn) writeBatch(batch []frame) error {
-	c.out.begin(time.Now().Add(c.srv.cfg.WriteTimeout))
+	batched := len(batch) > 1 || len(batch[0].data) > batchWriteBufferSize-maxFrameHeader
+	if batched {
+		c.out.begin(time.Now().Add(c.srv.cfg.WriteTimeout))
+	}
 	ctx := context.Background()
 	var err error
 	n := 0
@@ -323,8 +330,10 @@ func (c *conn) writeBatch(batch []frame) error {
 		}
 		n++
 	}
-	if endErr := c.out.end(); err == nil {
-		err = endErr
+	if batched {
+		if endErr := c.out.end(); err == nil {
+			err = endErr
+		}
 	}
 	if err != nil {
 		return err

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -160,6 +161,111 @@ func own(stack []uintptr) bool {
 		}
 		if !more {
 			return true
+		}
+	}
+}
+
+// TestHeartbeatGarbage checks what a heartbeat of an idle socket allocates in the gateway's
+// own code (its ping frame, its protocol ping, the read of the pong; coder/websocket's
+// internals apart), counted as in TestIdleAfterTurn from the heap profile at every
+// allocation: ten thousand sockets idle with heartbeats make that much garbage per
+// heartbeat interval, which the collector's headroom, and so the process's memory, follows.
+// It counts bytes, not time.
+func TestHeartbeatGarbage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens hundreds of sockets")
+	}
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	t.Cleanup(func() { runtime.MemProfileRate = rate })
+	const n = 300
+	e := newEnv(t, envOptions{heartbeat: heartbeat.Config{Interval: time.Second, PongTimeout: 10 * time.Second, IdleTimeout: time.Hour}, maxSockets: 1 << 30})
+	// Each client answers the protocol pings and counts them.
+	var pings atomic.Int64
+	for range n {
+		rc := dialRaw(t, e, nil)
+		go func() {
+			for {
+				op, p, err := rc.readFrame()
+				if err != nil {
+					return
+				}
+				if op == opPing {
+					if _, err := rc.c.Write(clientFrame(opPong, true, p)); err != nil {
+						return
+					}
+					pings.Add(1)
+				}
+			}
+		}()
+	}
+	waitPings := func(k int64) {
+		t.Helper()
+		for deadline := time.Now().Add(30 * time.Second); pings.Load() < k; {
+			if time.Now().After(deadline) {
+				t.Fatalf("%d protocol pings answered, want %d", pings.Load(), k)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	// Every socket pinged once first: what the first ping allocates once (a socket's map
+	// of pings, the pools) is not a heartbeat's. A second apart, a socket's heartbeat
+	// frames do not queue up behind one another even on a busy machine.
+	waitPings(n)
+	all0, own0 := gatewayAllocated()
+	p0 := pings.Load()
+	waitPings(p0 + 5*n)
+	all1, own1 := gatewayAllocated()
+	p1 := pings.Load()
+	all, own := (all1-all0)/(p1-p0), (own1-own0)/(p1-p0)
+	t.Logf("gateway allocations per socket and heartbeat: %d bytes, %d of them outside coder/websocket (%d heartbeats)", all, own, p1-p0)
+	// Outside coder/websocket a heartbeat allocates its queue entry and its goroutines'
+	// records, 110 to 180 bytes; it was 500 to 540 (2.9 KB in all) while the ping had a
+	// context with a timeout of its own and the heartbeat frame took a batch buffer.
+	// Inside, about 2 KB: coder/websocket writes and reads each control frame under a
+	// context with a 5 s timeout and an AfterFunc, and wraps the error of the parked read
+	// (idle.go) twice.
+	if own > 350 {
+		t.Errorf("gateway allocations per socket and heartbeat outside coder/websocket = %d bytes, want at most 350", own)
+	}
+}
+
+// gatewayAllocated returns the bytes allocated so far, as of two collections, by allocations
+// whose stack is the gateway's (see own), and by those of them with no coder/websocket frame.
+func gatewayAllocated() (all, outside int64) {
+	runtime.GC()
+	runtime.GC()
+	var recs []runtime.MemProfileRecord
+	for {
+		n, ok := runtime.MemProfile(recs, true)
+		if ok {
+			recs = recs[:n]
+			break
+		}
+		recs = make([]runtime.MemProfileRecord, n+256)
+	}
+	for i := range recs {
+		if !own(recs[i].Stack()) {
+			continue
+		}
+		all += recs[i].AllocBytes
+		if !inWebsocket(recs[i].Stack()) {
+			outside += recs[i].AllocBytes
+		}
+	}
+	return all, outside
+}
+
+// inWebsocket reports whether an allocation's stack passes through coder/websocket.
+func inWebsocket(stack []uintptr) bool {
+	frames := runtime.CallersFrames(stack)
+	for {
+		f, more := frames.Next()
+		if strings.HasPrefix(f.Function, "github.com/coder/websocket") {
+			return true
+		}
+		if !more {
+			return false
 		}
 	}
 }

@@ -314,7 +314,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "service restart", http.StatusServiceUnavailable)
 		return
 	}
-	hj := &batchHijacker{ResponseWriter: w}
+	hj := &batchHijacker{ResponseWriter: w, writeTimeout: s.cfg.WriteTimeout}
 	ws, err := websocket.Accept(hj, r, &s.accept)
 	if err != nil {
 		s.release(principal)

@@ -442,6 +442,9 @@ func watch(ctx context.Context, conn *atomic.Pointer[websocket.Conn]) (stop func
 
 // idle reads (and ignores) frames until ctx is cancelled.
 func (s *sock) idle(ctx context.Context) {
+	if s.conn == nil {
+		return // its turn failed and closed it (counted then)
+	}
 	var conn atomic.Pointer[websocket.Conn]
 	conn.Store(s.conn)
 	defer watch(ctx, &conn)()
@@ -669,10 +672,10 @@ func (b *bench) idleCurve(ctx context.Context, mem *memProbe, base int64) []idle
 	t := time.NewTicker(b.cfg.SampleEvery)
 	defer t.Stop()
 	for {
+		// One scrape per sample: each costs the server allocations of its own.
+		g := scrapeGauges(ctx, b.cfg.MetricsURL, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
 		x := idleSample{Seconds: time.Since(start).Seconds(), RSSBytes: mem.rss(ctx),
-			HeapInuseBytes:  scrapeGauge(ctx, b.cfg.MetricsURL, "go_memstats_heap_inuse_bytes"),
-			StackInuseBytes: scrapeGauge(ctx, b.cfg.MetricsURL, "go_memstats_stack_inuse_bytes"),
-			Goroutines:      scrapeGauge(ctx, b.cfg.MetricsURL, "go_goroutines")}
+			HeapInuseBytes: g[0], StackInuseBytes: g[1], Goroutines: g[2]}
 		if base > 0 && x.RSSBytes > 0 {
 			x.RSSPerSocket = float64(x.RSSBytes-base) / float64(b.cfg.Sockets)
 		}

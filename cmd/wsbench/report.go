@@ -232,6 +232,9 @@ func scrape(ctx context.Context, u string) []byte {
 	if err != nil {
 		return nil
 	}
+	// Uncompressed: a compressed answer costs the server a deflate writer of about 1 MB
+	// whenever its pool is empty, which a memory curve would count against the sockets.
+	req.Header.Set("Accept-Encoding", "identity")
 	resp, err := metricsClient.Do(req)
 	if err != nil {
 		return nil
@@ -246,16 +249,25 @@ func scrape(ctx context.Context, u string) []byte {
 
 // scrapeGauge returns the value of an unlabelled sample name at u, or 0.
 func scrapeGauge(ctx context.Context, u, name string) int64 {
+	return scrapeGauges(ctx, u, name)[0]
+}
+
+// scrapeGauges returns the values of unlabelled samples names at u from one scrape, 0 for
+// each one missing.
+func scrapeGauges(ctx context.Context, u string, names ...string) []int64 {
+	vals := make([]int64, len(names))
 	sc := bufio.NewScanner(bytes.NewReader(scrape(ctx, u)))
 	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
-			v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
-			if err == nil {
-				return int64(v)
+		for i, name := range names {
+			if rest, ok := strings.CutPrefix(sc.Text(), name+" "); ok {
+				v, err := strconv.ParseFloat(strings.TrimSpace(rest), 64)
+				if err == nil {
+					vals[i] = int64(v)
+				}
 			}
 		}
 	}
-	return 0
+	return vals
 }
 
 // deliveryMetric is the gateway's histogram of agent emit to socket write.
