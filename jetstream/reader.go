@@ -46,6 +46,10 @@ type Reader struct {
 	pending []Entry
 	eof     bool
 	stopAt  uint64 // when non-zero: EOF after the message of this sequence (Snapshot)
+	// catchTo is the log's last sequence when the reader opened, when the reader started
+	// before it: the reader reads up to it in a shared pass (see catchup.go); 0 once done.
+	catchTo uint64
+	backlog []tailMsg // what the pass read, not yet returned
 	// sawClose says the close record was read.
 	sawClose bool
 	// after is the offset the reader reads after, FromNow resolved (see After).
@@ -165,9 +169,15 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 	if r.eof {
 		return r, nil
 	}
+	if last != nil && r.next <= last.Sequence {
+		r.catchTo = last.Sequence
+	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
 	if !snapshot && s.attach(r) {
 		return r, nil
+	}
+	if r.catchTo != 0 {
+		return r, nil // Next catches up, then creates the consumer
 	}
 	if err := r.follow(ctx); err != nil {
 		r.cancel()
@@ -456,6 +466,12 @@ func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
 		if closed || r.ctx.Err() != nil {
 			return nil, 0, ErrClosed
 		}
+		if len(r.backlog) > 0 {
+			m := r.backlog[0]
+			r.backlog[0] = tailMsg{}
+			r.backlog = r.backlog[1:]
+			return m.msg, m.seq, nil
+		}
 		if sub != nil {
 			bctx, cancel := r.bound(ctx)
 			m, ok, err := sub.next(bctx)
@@ -480,6 +496,36 @@ func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
 				continue
 			}
 			it = nil
+		}
+		if it == nil && r.catchTo >= r.next {
+			to := r.catchTo
+			r.catchTo = 0
+			bctx, cancel := r.bound(ctx)
+			msgs, err := r.s.catchUp(bctx, r.st, r.subject, r.next, to)
+			cancel()
+			switch {
+			case err == nil:
+				r.backlog, r.next = msgs, to+1
+				if r.stopAt != 0 && to >= r.stopAt {
+					continue // the pass read all there is to read
+				}
+				// The tail or a consumer takes over after the pass's end before the reader
+				// returns a message: one closed meanwhile releases it.
+				if r.stopAt == 0 && !r.source && r.s.tailCovers(r) && r.s.attach(r) {
+					continue
+				}
+				if err := r.follow(ctx); err != nil {
+					return nil, 0, err
+				}
+				continue
+			case ctx.Err() != nil:
+				return nil, 0, ctx.Err()
+			case r.ctx.Err() != nil:
+				return nil, 0, ErrClosed
+			}
+			if !errors.Is(err, errNoPass) {
+				r.s.log.Debug("jetstream: a reader's catch-up failed, reading with its own consumer", keyErr, err)
+			}
 		}
 		if it == nil {
 			if err := r.follow(ctx); err != nil {

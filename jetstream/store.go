@@ -265,6 +265,8 @@ type Store struct {
 	// created with more streams) opened when first used. Guarded by mu.
 	shards map[int]*shard
 	tails  map[string]*tail // the shared tails of logs, by tailKey
+	// catchUps are the readers catching up on each stream, by its name (see catchup.go).
+	catchUps map[string]*catchUps
 
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
@@ -287,7 +289,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
-		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
+		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, catchUps: map[string]*catchUps{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
 		creates: make(chan struct{}, maxCreates)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	url := cfg.URLs
