@@ -273,6 +273,7 @@ type Store struct {
 	byKey    map[string]*Writer // the newest writer of each run key
 	releases map[string]uint64  // run leases to release (key: revision), see forget
 	idleAcks []*acks            // inboxes released by writers, still subscribed (acks.release)
+	toFinish []RunInfo          // reaped runs whose threads the reaper finishes after its pass
 	closed   bool
 	once     sync.Once
 	closeErr error // of Close, set once
