@@ -110,7 +110,9 @@
 //     its own under the stream store's lock: a thousand at once (every client of a dead
 //     gateway resuming) starved the stream's writes, the reaper's producer_lost included.
 //   - The reaper finishes the thread of every run it closes (FinishRun from the closed log),
-//     since the run's producer, which would have, is gone.
+//     since the run's producer, which would have, is gone: in the background, once its pass
+//     has closed the logs of all the runs it found expired, so that each gets its terminal
+//     first.
 //   - Retention is the stream's MaxAge and the buckets' TTL; a read of an aged-out or unknown
 //     run fails at once with ErrUnknownRun.
 package jetstream
