@@ -26,9 +26,10 @@ import (
 
 // A pass is worth its reading of every message of the stream in its range only when it serves
 // many readers at once (a consumer of a reader's own walks the same range on the server, at a
-// fraction of the cost per message), and only over a recent range: a reader further behind,
-// or one that starts with fewer than minCatchUpReaders others within catchUpGather, reads
-// with a consumer of its own.
+// fraction of the cost per message), and only over a recent range: a reader that starts while
+// fewer than minCatchUpReaders of the store's readers are behind their log's end, one further
+// behind than maxCatchUpSpan, or one that starts with fewer than minCatchUpReaders others
+// within catchUpGather, reads with a consumer of its own.
 const (
 	minCatchUpReaders = 8
 	catchUpGather     = 20 * time.Millisecond
@@ -60,6 +61,9 @@ type catchUps struct {
 // catchUp returns the messages of subject on st from sequence from to sequence to, read in
 // a pass shared with the other readers that catch up on st meanwhile.
 func (s *Store) catchUp(ctx context.Context, st natsjs.Stream, subject string, from, to uint64) ([]tailMsg, error) {
+	if s.behind.Load() < minCatchUpReaders {
+		return nil, errNoPass
+	}
 	// The first message of the log from `from` on: the server finds it from its index of
 	// subjects, and the pass need not read the stream before it.
 	gctx, cancel := context.WithTimeout(ctx, s.cfg.PublishTimeout)

@@ -8,6 +8,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	nats "github.com/nats-io/nats.go"
@@ -50,6 +51,11 @@ type Reader struct {
 	// before it: the reader reads up to it in a shared pass (see catchup.go); 0 once done.
 	catchTo uint64
 	backlog []tailMsg // what the pass read, not yet returned
+	// behindTo is the log's last sequence when the reader opened behind it, and counted
+	// says the reader is among the store's readers behind (Store.behind) until it has read
+	// that far or is closed.
+	behindTo uint64
+	counted  atomic.Bool
 	// sawClose says the close record was read.
 	sawClose bool
 	// after is the offset the reader reads after, FromNow resolved (see After).
@@ -170,7 +176,9 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 		return r, nil
 	}
 	if last != nil && r.next <= last.Sequence {
-		r.catchTo = last.Sequence
+		r.catchTo, r.behindTo = last.Sequence, last.Sequence
+		r.counted.Store(true)
+		s.behind.Add(1)
 	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
 	if !snapshot && s.attach(r) {
@@ -421,6 +429,9 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 		if err != nil {
 			return Entry{}, fmt.Errorf("next: %w", err)
 		}
+		if seq >= r.behindTo {
+			r.caughtUp()
+		}
 		r.next = seq + 1
 		h := msg.Headers()
 		switch g := msgGen(h); {
@@ -630,8 +641,16 @@ func (r *Reader) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
+	r.caughtUp()
 	r.stop()
 	return nil
+}
+
+// caughtUp takes the reader out of the store's readers behind their log's end.
+func (r *Reader) caughtUp() {
+	if r.counted.CompareAndSwap(true, false) {
+		r.s.behind.Add(-1)
+	}
 }
 
 // Snapshot returns what the run's log holds now, without waiting; closed says whether the

@@ -267,6 +267,9 @@ type Store struct {
 	tails  map[string]*tail // the shared tails of logs, by tailKey
 	// catchUps are the readers catching up on each stream, by its name (see catchup.go).
 	catchUps map[string]*catchUps
+	// behind counts the open Readers that have not yet read up to the log's end as it was
+	// when they opened.
+	behind atomic.Int64
 
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
