@@ -105,8 +105,18 @@
 //     replaced from the sequence after the last it delivered when its heartbeats stop, the
 //     server deletes it, it skips a message, or it stays silent for 5 s while the log holds
 //     more. At most 32 consumer creations of a store are in flight.
+//   - Readers that start behind their log's end (resumes, joins from the start, snapshots)
+//     while 8 or more of the store's readers are, 8 or more within 20 ms on one stream and at
+//     most 2^18 messages behind, read the stored part in one pass: an unfiltered consumer
+//     from the first message any of them needs, demultiplexed in the process (catchup.go),
+//     then go on with the tail or their own consumer; a reader alone reads with its own at
+//     once. A consumer filtered to one run walks the other runs' messages between two of its
+//     own under the stream store's lock: a thousand at once (every client of a dead gateway
+//     resuming) starved the stream's writes, the reaper's producer_lost included.
 //   - The reaper finishes the thread of every run it closes (FinishRun from the closed log),
-//     since the run's producer, which would have, is gone.
+//     since the run's producer, which would have, is gone: in the background, once its pass
+//     has closed the logs of all the runs it found expired, so that each gets its terminal
+//     first.
 //   - Retention is the stream's MaxAge and the buckets' TTL; a read of an aged-out or unknown
 //     run fails at once with ErrUnknownRun.
 package jetstream

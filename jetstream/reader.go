@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	nats "github.com/nats-io/nats.go"
@@ -48,6 +49,15 @@ type Reader struct {
 	pending []Entry
 	eof     bool
 	stopAt  uint64 // when non-zero: EOF after the message of this sequence (Snapshot)
+	// catchTo is the log's last sequence when the reader opened, when the reader started
+	// before it: the reader reads up to it in a shared pass (see catchup.go); 0 once done.
+	catchTo uint64
+	backlog []tailMsg // what the pass read, not yet returned
+	// behindTo is the log's last sequence when the reader opened behind it, and counted
+	// says the reader is among the store's readers behind (Store.behind) until it has read
+	// that far or is closed.
+	behindTo uint64
+	counted  atomic.Bool
 	// sawClose says the close record was read.
 	sawClose bool
 	// after is the offset the reader reads after, FromNow resolved (see After).
@@ -167,9 +177,17 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 	if r.eof {
 		return r, nil
 	}
+	if last != nil && r.next <= last.Sequence {
+		r.catchTo, r.behindTo = last.Sequence, last.Sequence
+		r.counted.Store(true)
+		s.behind.Add(1)
+	}
 	r.ctx, r.cancel = context.WithCancel(s.ctx)
 	if !snapshot && s.attach(r) {
 		return r, nil
+	}
+	if r.catchTo != 0 {
+		return r, nil // Next catches up, then creates the consumer
 	}
 	if err := r.follow(ctx); err != nil {
 		r.cancel()
@@ -423,6 +441,9 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 		if err != nil {
 			return Entry{}, fmt.Errorf("next: %w", err)
 		}
+		if seq >= r.behindTo {
+			r.caughtUp()
+		}
 		r.next = seq + 1
 		h := msg.Headers()
 		switch g := msgGen(h); {
@@ -468,6 +489,12 @@ func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
 		if closed || r.ctx.Err() != nil {
 			return nil, 0, ErrClosed
 		}
+		if len(r.backlog) > 0 {
+			m := r.backlog[0]
+			r.backlog[0] = tailMsg{}
+			r.backlog = r.backlog[1:]
+			return m.msg, m.seq, nil
+		}
 		if sub != nil {
 			bctx, cancel := r.bound(ctx)
 			m, ok, err := sub.next(bctx)
@@ -492,6 +519,36 @@ func (r *Reader) receive(ctx context.Context) (natsjs.Msg, uint64, error) {
 				continue
 			}
 			it = nil
+		}
+		if it == nil && r.catchTo >= r.next {
+			to := r.catchTo
+			r.catchTo = 0
+			bctx, cancel := r.bound(ctx)
+			msgs, err := r.s.catchUp(bctx, r.st, r.subject, r.next, to)
+			cancel()
+			switch {
+			case err == nil:
+				r.backlog, r.next = msgs, to+1
+				if r.stopAt != 0 && to >= r.stopAt {
+					continue // the pass read all there is to read
+				}
+				// The tail or a consumer takes over after the pass's end before the reader
+				// returns a message: one closed meanwhile releases it.
+				if r.stopAt == 0 && !r.source && r.s.tailCovers(r) && r.s.attach(r) {
+					continue
+				}
+				if err := r.follow(ctx); err != nil {
+					return nil, 0, err
+				}
+				continue
+			case ctx.Err() != nil:
+				return nil, 0, ctx.Err()
+			case r.ctx.Err() != nil:
+				return nil, 0, ErrClosed
+			}
+			if !errors.Is(err, errNoPass) {
+				r.s.log.Debug("jetstream: a reader's catch-up failed, reading with its own consumer", keyErr, err)
+			}
 		}
 		if it == nil {
 			if err := r.follow(ctx); err != nil {
@@ -596,8 +653,16 @@ func (r *Reader) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	r.mu.Unlock()
+	r.caughtUp()
 	r.stop()
 	return nil
+}
+
+// caughtUp takes the reader out of the store's readers behind their log's end.
+func (r *Reader) caughtUp() {
+	if r.counted.CompareAndSwap(true, false) {
+		r.s.behind.Add(-1)
+	}
 }
 
 // Snapshot returns what the run's log holds now, without waiting; closed says whether the

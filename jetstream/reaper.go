@@ -258,6 +258,7 @@ func (s *Store) reap(ctx context.Context, seen, live map[string]leaseSeen) {
 			seen[j.key] = leaseSeen{expires: now + s.cfg.LeaseTTL.Milliseconds(), revision: claimed[i]}
 		}
 	}
+	s.finishQueued()
 }
 
 // reapConcurrency bounds the runs one reaper claims and closes at once.

@@ -275,6 +275,11 @@ type Store struct {
 	// created with more streams) opened when first used. Guarded by mu.
 	shards map[int]*shard
 	tails  map[string]*tail // the shared tails of logs, by tailKey
+	// catchUps are the readers catching up on each stream, by its name (see catchup.go).
+	catchUps map[string]*catchUps
+	// behind counts the open Readers that have not yet read up to the log's end as it was
+	// when they opened.
+	behind atomic.Int64
 
 	// holds are the threads this store is updating, by key (threadHold).
 	holdsMu sync.Mutex
@@ -285,6 +290,7 @@ type Store struct {
 	byKey    map[string]*Writer // the newest writer of each run key
 	releases map[string]uint64  // run leases to release (key: revision), see forget
 	idleAcks []*acks            // inboxes released by writers, still subscribed (acks.release)
+	toFinish []RunInfo          // reaped runs whose threads the reaper finishes after its pass
 	closed   bool
 	once     sync.Once
 	closeErr error // of Close, set once
@@ -301,7 +307,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
-		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, holds: map[string]*threadHold{}, room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
+		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, catchUps: map[string]*catchUps{}, holds: map[string]*threadHold{},
+		room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
 		creates: make(chan struct{}, maxCreates)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	url := cfg.URLs

@@ -95,7 +95,7 @@ func (s *Store) tailCovers(r *Reader) bool {
 
 // startTail starts the tail of r's log from r.next. The caller holds s.mu.
 func (s *Store) startTail(key string, r *Reader) *tail {
-	src := &Reader{s: s, st: r.st, subject: r.subject, tag: r.tag, gen: r.gen, next: r.next, source: true}
+	src := &Reader{s: s, st: r.st, subject: r.subject, tag: r.tag, gen: r.gen, next: r.next, catchTo: r.catchTo, source: true}
 	src.ctx, src.cancel = context.WithCancel(s.ctx)
 	t := &tail{s: s, key: key, src: src, from: r.next, subs: map[*tailSub]struct{}{}}
 	s.wg.Add(1)

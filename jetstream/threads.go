@@ -361,21 +361,35 @@ func endState(events []json.RawMessage) (state, code string) {
 	return ThreadRunError, "producer_lost"
 }
 
-// finishLater finishes the thread of a run the reaper closed, in the background: the reaper
-// goes on closing the logs of the other runs of a dead producer first.
+// finishLater queues the thread of a run the reaper closed. The reaper finishes the threads of
+// a pass's runs once it has closed all their logs, in the background: the other runs of a
+// dead producer get their terminal first.
 func (s *Store) finishLater(info RunInfo) {
 	if info.ThreadID == "" {
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
-		defer cancel()
-		if err := s.finishReaped(ctx, info); err != nil && s.ctx.Err() == nil {
-			s.log.Warn("jetstream: finishing the thread of a reaped run", keyRunID, info.RunID, keyErr, err)
-		}
-	}()
+	s.mu.Lock()
+	s.toFinish = append(s.toFinish, info)
+	s.mu.Unlock()
+}
+
+// finishQueued finishes the threads finishLater queued, in the background.
+func (s *Store) finishQueued() {
+	s.mu.Lock()
+	infos := s.toFinish
+	s.toFinish = nil
+	s.mu.Unlock()
+	for _, info := range infos {
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+			defer cancel()
+			if err := s.finishReaped(ctx, info); err != nil && s.ctx.Err() == nil {
+				s.log.Warn("jetstream: finishing the thread of a reaped run", keyRunID, info.RunID, keyErr, err)
+			}
+		}()
+	}
 }
 
 // finishReaped finishes the thread of a run the reaper closed, from its log.
