@@ -560,17 +560,15 @@ func metaLeader(fc *faultCluster) string {
 
 // TestClusterBucketLeaderCrash crashes the node leading the run metadata's bucket, as kill -9
 // does. Until the others elect a new leader, no one answers the bucket's writes; a run created
-// and a run closed in that time wait for the election instead of failing.
+// and a run closed in that time wait for the election instead of failing. The store is
+// connected to the other nodes: a request in flight on a connection to the crashed node is
+// lost, which is another fault (its caller's timeout answers it).
 func TestClusterBucketLeaderCrash(t *testing.T) {
 	fc := startFaultCluster(t)
-	s := openClusterStore(t, fc.urls())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	before, err := s.Create(ctx, "alice", "before-crash", "t")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bucket, err := s.js.Stream(ctx, "KV_"+s.cfg.MetaBucket)
+	first := openClusterStore(t, fc.urls())
+	bucket, err := first.js.Stream(ctx, "KV_"+first.cfg.MetaBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -579,13 +577,21 @@ func TestClusterBucketLeaderCrash(t *testing.T) {
 		t.Fatal(err)
 	}
 	crashed := -1
+	var others []string
 	for i, n := range fc.nodes {
 		if n.Name() == info.Cluster.Leader {
 			crashed = i
+		} else {
+			others = append(others, "nats://"+fc.client[i].Addr())
 		}
 	}
 	if crashed < 0 {
 		t.Fatalf("bucket leader %q is none of the nodes", info.Cluster.Leader)
+	}
+	s := openClusterStore(t, strings.Join(others, ","))
+	before, err := s.Create(ctx, "alice", "before-crash", "t")
+	if err != nil {
+		t.Fatal(err)
 	}
 	fc.crash(crashed)
 	start := time.Now()
