@@ -83,6 +83,9 @@ func (a *acks) subscribe() error {
 // sequence. Errors are JetStream's refusals (*natsjs.APIError), nats.ErrNoResponders,
 // nats.ErrTimeout, the connection's publish errors or ctx's.
 func (a *acks) publish(ctx context.Context, msg *nats.Msg, timeout time.Duration) (uint64, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err // nothing sent: its answer could race ctx's end below
+	}
 	// The late answers already in are read; if more may still come than the channel has
 	// room for besides this attempt's answer, this attempt goes to a new inbox.
 	for drained := false; !drained; {
