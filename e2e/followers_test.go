@@ -49,8 +49,8 @@ func TestManyFollowersOneRun(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	t.Logf("%d followers of one live run: at most %d NATS consumers for the run while they followed (%d samples), every follower complete and duplicate-free",
-		n, many.maxConsumers, many.samples)
+	t.Logf("%d followers of one live run (all sockets open %v after the first dial, the turn lasting about 20 s): at most %d NATS consumers for the run while they followed (%d samples), every follower complete and duplicate-free",
+		n, many.opening.Round(10*time.Millisecond), many.maxConsumers, many.samples)
 	// The turn's production (the agent's events written to the log) is in both figures.
 	t.Logf("gateway CPU per delivered event: %.1f µs with 1 follower (%d events, %v), %.1f µs with %d (%d events, %v); ratio %.2f",
 		one.perEvent(), one.delivered, one.cpu, many.perEvent(), n, many.delivered, many.cpu, many.perEvent()/one.perEvent())
@@ -68,6 +68,7 @@ type followResult struct {
 	samples      int
 	delivered    int           // events received by all the followers together
 	cpu          time.Duration // the gateway's user+system CPU while they followed
+	opening      time.Duration // from the first dial to the last socket open
 }
 
 func (r followResult) perEvent() float64 {
@@ -113,6 +114,9 @@ func followRun(t *testing.T, ctx context.Context, gw *gateway, js natsjs.JetStre
 	}()
 
 	cpu0 := processCPU(t, gw.cmd.Process.Pid)
+	start := time.Now()
+	var opened sync.WaitGroup
+	opened.Add(n)
 	followers := make([]*follower, n)
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 64) // sockets being opened at once
@@ -128,6 +132,7 @@ func followRun(t *testing.T, ctx context.Context, gw *gateway, js natsjs.JetStre
 			defer release()
 			c, err := dialWS(ctx, resumeURL(gw, runID, "-1"))
 			release()
+			opened.Done()
 			if err != nil {
 				t.Errorf("%s follower %d: dial: %v", runID, i, err)
 				return
@@ -138,6 +143,8 @@ func followRun(t *testing.T, ctx context.Context, gw *gateway, js natsjs.JetStre
 			}
 		}()
 	}
+	opened.Wait()
+	res.opening = time.Since(start)
 	wg.Wait()
 	res.cpu = processCPU(t, gw.cmd.Process.Pid) - cpu0
 	close(done)
