@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/coder/websocket"
 	"github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
@@ -127,18 +128,15 @@ func followRun(t *testing.T, ctx context.Context, gw *gateway, js natsjs.JetStre
 		go func() {
 			defer wg.Done()
 			sem <- struct{}{}
-			var once sync.Once
-			release := func() { once.Do(func() { <-sem }) }
-			defer release()
 			c, err := dialWS(ctx, resumeURL(gw, runID, "-1"))
-			release()
+			<-sem
 			opened.Done()
 			if err != nil {
 				t.Errorf("%s follower %d: dial: %v", runID, i, err)
 				return
 			}
 			defer c.CloseNow()
-			if err := f.read(ctx, c, nil); f.status != 1000 {
+			if err := f.read(ctx, c, nil); f.status != websocket.StatusNormalClosure {
 				t.Errorf("%s follower %d: socket ended %v (%v) after %d events", runID, i, f.status, err, len(f.got))
 			}
 		}()
