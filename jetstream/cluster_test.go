@@ -9,7 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/jwt/v2"
 	"github.com/nats-io/nats-server/v2/server"
+	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 )
@@ -619,5 +621,80 @@ func TestClusterBucketLeaderCrash(t *testing.T) {
 		if run == "during-election" && len(got) != 1 {
 			t.Errorf("%s: %d events, want 1", run, len(got))
 		}
+	}
+}
+
+// TestProvisionWaitsForPeers creates a stream the cluster can place only on a node it has
+// not heard from yet, as a gateway started beside a cluster still forming does: the servers
+// refuse ("no suitable peers for placement"), and Provision retries until the node has joined.
+// A bad configuration fails at once.
+func TestProvisionWaitsForPeers(t *testing.T) {
+	nodes := startCluster(t)
+	cfg := testConfig(t)
+	cfg.URLs = nodes[0].ClientURL()
+	s := openStore(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+
+	calls := 0
+	create := func(ctx context.Context) error {
+		calls++
+		_, err := s.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "PLACED", Subjects: []string{"placed.>"},
+			Storage: natsjs.FileStorage, Placement: &natsjs.Placement{Tags: []string{"late"}}})
+		return err
+	}
+	// The cluster must refuse first, or this test shows nothing.
+	err := create(ctx)
+	var apiErr *natsjs.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode != errCodeNoPeers {
+		t.Fatalf("before the node joined: %v, want no suitable peers", err)
+	}
+	t.Logf("before the node joined: %v", err)
+
+	var routes []string
+	for _, n := range nodes {
+		routes = append(routes, "nats-route://"+n.ClusterAddr().String())
+	}
+	joined := make(chan struct{})
+	go func() {
+		defer close(joined)
+		time.Sleep(time.Second)
+		startServer(t, server.Options{
+			ServerName: "n4",
+			Tags:       jwt.TagList{"late"},
+			StoreDir:   t.TempDir(),
+			Cluster:    server.ClusterOpts{Name: "wsgateway-test", Host: "127.0.0.1", Port: server.RANDOM_PORT},
+			Routes:     server.RoutesFromStr(strings.Join(routes, ",")),
+		})
+	}()
+	calls = 0
+	start := time.Now()
+	if err := s.Provision(ctx, "a test stream", create); err != nil {
+		t.Fatalf("Provision while the node joins: %v", err)
+	}
+	<-joined
+	t.Logf("placed after %d attempts, %v", calls, time.Since(start).Round(time.Millisecond))
+	if calls < 2 {
+		t.Errorf("Provision succeeded on its first attempt: the refusal it must retry never came")
+	}
+
+	calls = 0
+	err = s.Provision(ctx, "a bad stream", func(ctx context.Context) error {
+		calls++
+		_, err := s.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "PLACED", Subjects: []string{"placed.>"},
+			Storage: natsjs.MemoryStorage, Placement: &natsjs.Placement{Tags: []string{"late"}}})
+		return err
+	})
+	if err == nil || calls != 1 {
+		t.Errorf("a stream whose storage cannot change: err %v after %d attempts, want an error after 1", err, calls)
+	}
+	calls = 0
+	err = s.Provision(ctx, "an overlapping stream", func(ctx context.Context) error {
+		calls++
+		_, err := s.js.CreateOrUpdateStream(ctx, natsjs.StreamConfig{Name: "OVERLAP", Subjects: []string{"placed.x"}})
+		return err
+	})
+	if err == nil || calls != 1 {
+		t.Errorf("a stream whose subjects overlap another's: err %v after %d attempts, want an error after 1", err, calls)
 	}
 }

@@ -217,10 +217,17 @@ const openAttempts = 4
 // ("no suitable peers for placement"): on a cluster still forming, a node not seen online yet.
 const errCodeNoPeers natsjs.ErrorCode = 10005
 
-// isNoPeers reports whether err is JetStream's errCodeNoPeers refusal.
-func isNoPeers(err error) bool {
+// provisionRetryable reports whether creating a JetStream asset failed for a cause that
+// passes on a cluster that is starting or electing: JetStream unavailable (503), errCodeNoPeers,
+// or no answer in time. A bad configuration is final (400, and 500 for a change the server
+// cannot make, such as a stream's storage).
+func provisionRetryable(err error) bool {
 	var apiErr *natsjs.APIError
-	return errors.As(err, &apiErr) && apiErr.ErrorCode == errCodeNoPeers
+	if errors.As(err, &apiErr) {
+		return apiErr.Code > 500 || apiErr.ErrorCode == errCodeNoPeers
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
+		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, natsjs.ErrNoStreamResponse)
 }
 
 const (
@@ -363,22 +370,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	if s.js, err = natsjs.New(s.nc); err != nil {
 		return fail(err)
 	}
-	// Creating a replicated stream and its buckets on a busy or just started cluster may
-	// time out, more so when several processes start at once: retry what may be transient.
-	for attempt := 1; ; attempt++ {
-		err := s.ensure(ctx)
-		if err == nil {
-			break
-		}
-		if attempt == openAttempts || !retryable(err) && !isNoPeers(err) || ctx.Err() != nil {
-			return fail(err)
-		}
-		s.log.Warn("jetstream: creating the stream and buckets, retrying", keyErr, err)
-		select {
-		case <-time.After(time.Duration(attempt) * time.Second):
-		case <-ctx.Done():
-			return fail(ctx.Err())
-		}
+	if err := s.Provision(ctx, "the stream and buckets", s.ensure); err != nil {
+		return fail(err)
 	}
 	s.spreadLeaders(ctx)
 	// The liveness key is renewed on a connection of its own: a data connection busy with
@@ -479,6 +472,29 @@ func (s *Store) ensure(ctx context.Context) error {
 		*b.kv = electedKV{*b.kv, s}
 	}
 	return nil
+}
+
+// Provision calls create, which creates or updates JetStream assets (streams, buckets)
+// idempotently, until it succeeds: creating a replicated asset on a busy or just started
+// cluster may time out or find a peer not yet online, more so when several processes start
+// at once, so such failures are retried (openAttempts in all, backing off) and logged with
+// what, the assets' name; others (a bad configuration) are returned at once.
+func (s *Store) Provision(ctx context.Context, what string, create func(context.Context) error) error {
+	for attempt := 1; ; attempt++ {
+		err := create(ctx)
+		if err == nil {
+			return nil
+		}
+		if attempt == openAttempts || !provisionRetryable(err) || ctx.Err() != nil {
+			return err
+		}
+		s.log.Warn("jetstream: creating "+what+", retrying", keyErr, err)
+		select {
+		case <-time.After(time.Duration(attempt) * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // Ready reports whether NATS is connected and the stream and buckets answer.

@@ -443,17 +443,21 @@ func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, stor
 	if alt == "" {
 		alt = "-"
 	}
-	h, err := durable.New(ctx, durable.Config{
-		Conn:            store.Conn(),
-		JetStream:       store.JetStream(),
-		Prefix:          cfg.durablePath,
-		AltPrefix:       alt,
-		Replicas:        cfg.replicas,
-		Retention:       cfg.retention,
-		LongPollTimeout: cfg.durableLongPoll,
-		MaxBodyBytes:    cfg.durableMaxBody,
-		Principal:       principal,
-		Logger:          log,
+	var h *durable.Handler
+	err := store.Provision(ctx, "the durable streams' stream and bucket", func(ctx context.Context) (err error) {
+		h, err = durable.New(ctx, durable.Config{
+			Conn:            store.Conn(),
+			JetStream:       store.JetStream(),
+			Prefix:          cfg.durablePath,
+			AltPrefix:       alt,
+			Replicas:        cfg.replicas,
+			Retention:       cfg.retention,
+			LongPollTimeout: cfg.durableLongPoll,
+			MaxBodyBytes:    cfg.durableMaxBody,
+			Principal:       principal,
+			Logger:          log,
+		})
+		return err
 	})
 	if err != nil {
 		return nil, fmt.Errorf("durable streams: %w", err)
