@@ -217,14 +217,15 @@ const openAttempts = 4
 // ("no suitable peers for placement"): on a cluster still forming, a node not seen online yet.
 const errCodeNoPeers natsjs.ErrorCode = 10005
 
-// provisionRetryable reports whether creating a JetStream asset failed for a cause that
-// passes on a cluster that is starting or electing: JetStream unavailable (503), errCodeNoPeers,
-// or no answer in time. A bad configuration is final (400, and 500 for a change the server
-// cannot make, such as a stream's storage).
+// provisionRetryable reports whether creating a JetStream asset failed for a cause that may
+// pass on a cluster that is starting or electing: a server error (500 and above: no leader
+// yet, JetStream unavailable; also some final refusals, such as a change of a stream's
+// storage, which then fail after the retries), errCodeNoPeers, or no answer in time. A
+// request refused as bad (400) is final.
 func provisionRetryable(err error) bool {
 	var apiErr *natsjs.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code > 500 || apiErr.ErrorCode == errCodeNoPeers
+		return apiErr.Code >= 500 || apiErr.ErrorCode == errCodeNoPeers
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) ||
 		errors.Is(err, nats.ErrNoResponders) || errors.Is(err, natsjs.ErrNoStreamResponse)
@@ -478,7 +479,7 @@ func (s *Store) ensure(ctx context.Context) error {
 // idempotently, until it succeeds: creating a replicated asset on a busy or just started
 // cluster may time out or find a peer not yet online, more so when several processes start
 // at once, so such failures are retried (openAttempts in all, backing off) and logged with
-// what, the assets' name; others (a bad configuration) are returned at once.
+// what, the assets' name; others (a request refused as bad) are returned at once.
 func (s *Store) Provision(ctx context.Context, what string, create func(context.Context) error) error {
 	for attempt := 1; ; attempt++ {
 		err := create(ctx)
