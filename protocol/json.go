@@ -164,27 +164,42 @@ func unquote(tok []byte) string {
 		return ""
 	}
 	body := tok[1 : len(tok)-1]
-	simple := true
+	simple, ascii := true, true
 	for _, c := range body {
 		if c == '\\' {
 			simple = false
 			break
 		}
+		ascii = ascii && c < utf8.RuneSelf
 	}
-	if simple {
+	if simple && (ascii || utf8.Valid(body)) {
 		return string(body)
 	}
 	return string(unescape(body))
 }
 
-// unescape decodes the escapes of a JSON string body. Unlike encoding/json it
-// keeps a lone surrogate distinct from U+FFFD (as a JavaScript string does) by
-// encoding it as its three-byte generalized UTF-8 form, so ids that differ in
+// unescape decodes the escapes of a JSON string body, and replaces bytes that are not
+// UTF-8 with U+FFFD as encoding/json does (appendString writes them so). Unlike
+// encoding/json it keeps a lone surrogate distinct from U+FFFD (as a JavaScript string
+// does) by encoding it as its three-byte generalized UTF-8 form, so ids that differ in
 // JavaScript differ here too.
 func unescape(body []byte) []byte {
 	out := make([]byte, 0, len(body))
 	for i := 0; i < len(body); i++ {
 		c := body[i]
+		if c >= utf8.RuneSelf {
+			r, size := utf8.DecodeRune(body[i:])
+			switch {
+			case r != utf8.RuneError || size > 1:
+				out = append(out, body[i:i+size]...)
+			case isSurrogate(body[i:]):
+				out, size = append(out, body[i:i+3]...), 3
+			default:
+				out = utf8.AppendRune(out, utf8.RuneError)
+			}
+			i += size - 1
+			continue
+		}
 		if c != '\\' || i+1 >= len(body) {
 			out = append(out, c)
 			continue
@@ -225,6 +240,12 @@ func unescape(body []byte) []byte {
 		}
 	}
 	return out
+}
+
+// isSurrogate reports whether b starts with a lone surrogate in generalized UTF-8 (the form
+// unescape keeps, and appendString writes back as \udXXX).
+func isSurrogate[T string | []byte](b T) bool {
+	return len(b) >= 3 && b[0] == 0xED && b[1] >= 0xA0 && b[1] <= 0xBF && b[2]&0xC0 == 0x80
 }
 
 func hex4(b []byte) (rune, bool) {
@@ -286,7 +307,7 @@ func appendString(dst []byte, s string) []byte {
 				i++
 				continue
 			}
-			if c == 0xED && i+2 < len(s) && s[i+1] >= 0xA0 && s[i+1] <= 0xBF && s[i+2]&0xC0 == 0x80 {
+			if isSurrogate(s[i:]) {
 				// A lone surrogate kept by unescape: JSON.stringify writes \udXXX.
 				dst = append(dst, s[start:i]...)
 				dst = append(dst, '\\', 'u', 'd', hex[s[i+1]>>2&0xF], hex[(s[i+1]&0x3)<<2|s[i+2]>>4&0x3], hex[s[i+2]&0xF])
