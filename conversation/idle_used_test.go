@@ -131,17 +131,7 @@ func readUntil(t testing.TB, c net.Conn, br *bufio.Reader, want []byte) {
 // gatewayHeap returns the heap in use, after two collections, of the allocations whose stack
 // is the gateway's: neither the embedded NATS server's nor this package's test code.
 func gatewayHeap() int64 {
-	runtime.GC()
-	runtime.GC()
-	var recs []runtime.MemProfileRecord
-	for {
-		n, ok := runtime.MemProfile(recs, false)
-		if ok {
-			recs = recs[:n]
-			break
-		}
-		recs = make([]runtime.MemProfileRecord, n+256)
-	}
+	recs := memProfile(false)
 	var sum int64
 	for i := range recs {
 		if own(recs[i].Stack()) {
@@ -149,6 +139,21 @@ func gatewayHeap() int64 {
 		}
 	}
 	return sum
+}
+
+// memProfile returns the heap profile as of two collections (runtime.MemProfile's records;
+// inuseZero as there).
+func memProfile(inuseZero bool) []runtime.MemProfileRecord {
+	runtime.GC()
+	runtime.GC()
+	var recs []runtime.MemProfileRecord
+	for {
+		n, ok := runtime.MemProfile(recs, inuseZero)
+		if ok {
+			return recs[:n]
+		}
+		recs = make([]runtime.MemProfileRecord, n+256)
+	}
 }
 
 // own reports whether an allocation's stack is the gateway's.
@@ -233,17 +238,7 @@ func TestHeartbeatGarbage(t *testing.T) {
 // gatewayAllocated returns the bytes allocated so far, as of two collections, by allocations
 // whose stack is the gateway's (see own), and by those of them with no coder/websocket frame.
 func gatewayAllocated() (all, outside int64) {
-	runtime.GC()
-	runtime.GC()
-	var recs []runtime.MemProfileRecord
-	for {
-		n, ok := runtime.MemProfile(recs, true)
-		if ok {
-			recs = recs[:n]
-			break
-		}
-		recs = make([]runtime.MemProfileRecord, n+256)
-	}
+	recs := memProfile(true)
 	for i := range recs {
 		if !own(recs[i].Stack()) {
 			continue

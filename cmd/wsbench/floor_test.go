@@ -24,22 +24,9 @@ import (
 func BenchmarkReplayFloor(b *testing.B) {
 	const tokens = 995
 	wire := floorFrames(tokens)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go serveFloor(c, wire)
-		}
-	}()
+	addr := serveLoopback(b, func(c net.Conn) { serveFloor(c, wire) })
 	s := &sock{b: &bench{cfg: loadConfig{Tokens: tokens, ReadLimitMiB: 16}}, client: &http.Client{}, chk: newChecker(tokens)}
-	url := "ws://" + ln.Addr().String() + "/ws?runId=r1&offset=-1"
+	url := "ws://" + addr + "/ws?runId=r1&offset=-1"
 	var lat, read []time.Duration
 	b.ResetTimer()
 	for range b.N {
