@@ -26,9 +26,7 @@ func TestIdleAfterTurn(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens hundreds of sockets")
 	}
-	rate := runtime.MemProfileRate
-	runtime.MemProfileRate = 1
-	t.Cleanup(func() { runtime.MemProfileRate = rate })
+	profileEveryAllocation(t)
 	const n = 200
 	e := newEnv(t, envOptions{heartbeat: heartbeat.Config{Interval: time.Hour, IdleTimeout: time.Hour}, maxSockets: 1 << 30})
 	addr := strings.TrimPrefix(e.http.URL, "http://")
@@ -141,6 +139,13 @@ func gatewayHeap() int64 {
 	return sum
 }
 
+// profileEveryAllocation records every allocation in the heap profile until the test ends.
+func profileEveryAllocation(t *testing.T) {
+	rate := runtime.MemProfileRate
+	runtime.MemProfileRate = 1
+	t.Cleanup(func() { runtime.MemProfileRate = rate })
+}
+
 // memProfile returns the heap profile as of two collections (runtime.MemProfile's records;
 // inuseZero as there).
 func memProfile(inuseZero bool) []runtime.MemProfileRecord {
@@ -180,9 +185,7 @@ func TestHeartbeatGarbage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("opens hundreds of sockets")
 	}
-	rate := runtime.MemProfileRate
-	runtime.MemProfileRate = 1
-	t.Cleanup(func() { runtime.MemProfileRate = rate })
+	profileEveryAllocation(t)
 	const n = 300
 	e := newEnv(t, envOptions{heartbeat: heartbeat.Config{Interval: time.Second, PongTimeout: 10 * time.Second, IdleTimeout: time.Hour}, maxSockets: 1 << 30})
 	// Each client answers the protocol pings and counts them.
