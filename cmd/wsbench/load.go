@@ -257,7 +257,8 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 	}
 
 	// Load: the active sockets stream their turns.
-	cpu0, self0 := procCPU(cfg.PID), selfCPU()
+	cpu0, flt0 := procStat(cfg.PID)
+	self0 := selfCPU()
 	start := time.Now()
 	var loadWG sync.WaitGroup
 	for i, s := range socks[:cfg.Active] {
@@ -267,7 +268,8 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 	}
 	loadWG.Wait()
 	elapsed := time.Since(start)
-	cpu1, self1 := procCPU(cfg.PID), selfCPU()
+	cpu1, flt1 := procStat(cfg.PID)
+	self1 := selfCPU()
 	if cfg.IdleAfter > 0 {
 		// The active sockets idle too (their reads answer the heartbeat's pings).
 		for _, s := range socks[:cfg.Active] {
@@ -287,6 +289,7 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 	if cpu0 > 0 && rep.Events > 0 {
 		rep.ServerCPUSeconds = (cpu1 - cpu0).Seconds()
 		rep.ServerCPUUsPerEvent = float64((cpu1-cpu0)/time.Microsecond) / float64(rep.Events)
+		rep.ServerMinorFaults = flt1 - flt0
 	}
 	if rep.Events > 0 {
 		rep.ClientCPUUsPerEvent = float64((self1-self0)/time.Microsecond) / float64(rep.Events)

@@ -46,6 +46,9 @@ type report struct {
 
 	ServerCPUSeconds    float64 `json:"serverCpuSeconds"`
 	ServerCPUUsPerEvent float64 `json:"serverCpuUsPerEvent"`
+	// ServerMinorFaults counts the server's minor page faults over the load (--pid): fresh
+	// pages of memory, each costing what `wsbench page-faults` measures.
+	ServerMinorFaults   int64   `json:"serverMinorFaults,omitempty"`
 	ClientCPUUsPerEvent float64 `json:"clientCpuUsPerEvent"`
 
 	RSSBaseBytes       int64   `json:"rssBaseBytes"`
@@ -132,7 +135,7 @@ func (r *report) writeTable(w io.Writer) {
 	row("first-event latency", "%s", r.FirstEventLatency)
 	row("server emit→write", "%s", r.ServerDelivery)
 	if r.ServerCPUSeconds > 0 {
-		row("server CPU", "%.2f s, %.1f µs per event", r.ServerCPUSeconds, r.ServerCPUUsPerEvent)
+		row("server CPU", "%.2f s, %.1f µs per event, %d minor page faults", r.ServerCPUSeconds, r.ServerCPUUsPerEvent, r.ServerMinorFaults)
 	}
 	row("client CPU", "%.1f µs per event (wsbench itself)", r.ClientCPUUsPerEvent)
 	row("server RSS base/idle/peak", "%s / %s / %s", mib(r.RSSBaseBytes), mib(r.RSSIdleBytes), mib(r.RSSPeakBytes))
@@ -186,27 +189,29 @@ func procRSS(pid int) int64 {
 	return 0
 }
 
-// procCPU returns the user and system CPU time of a process from /proc/<pid>/stat, or 0.
-func procCPU(pid int) time.Duration {
+// procStat returns the user and system CPU time and the minor page faults of a process from
+// /proc/<pid>/stat, or zeros.
+func procStat(pid int) (cpu time.Duration, minorFaults int64) {
 	if pid <= 0 {
-		return 0
+		return 0, 0
 	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return 0
+		return 0, 0
 	}
 	// The command name (field 2) may hold spaces: count fields after its closing parenthesis.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
-		return 0
+		return 0, 0
 	}
 	f := strings.Fields(string(b[i+1:]))
 	if len(f) < 13 {
-		return 0
+		return 0, 0
 	}
+	minflt, _ := strconv.ParseInt(f[7], 10, 64)
 	utime, _ := strconv.ParseInt(f[11], 10, 64)
 	stime, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(utime+stime) * time.Second / clockTicks
+	return time.Duration(utime+stime) * time.Second / clockTicks, minflt
 }
 
 // clockTicks is USER_HZ, the unit of /proc/<pid>/stat times (100 on Linux).

@@ -168,6 +168,19 @@ func (r *results) write(w io.Writer) {
 		v, n := median(r.load["farstart.gateway"], func(x *report) float64 { return pct(x.FirstEventLatency, q) })
 		row(fmt.Sprintf("first event from run frame p%d, NATS 20 ms away (ms)", q), num(v, n, "%.1f"), "", "", "about 20 ms per round trip of a turn's start")
 	}
+	for k := 1; k <= 3; k++ {
+		sc := fmt.Sprintf("burst%d.", k)
+		for _, q := range []int{50, 99} {
+			f := func(x *report) float64 { return pct(x.FirstEventLatency, q) }
+			a, na := median(r.load[sc+"gateway"], f)
+			b, nb := median(r.load[sc+"reference"], f)
+			row(fmt.Sprintf("burst %d of a fresh process, first event p%d (ms)", k, q), num(a, na, "%.2f"), num(b, nb, "%.2f"), "", "")
+		}
+		flt := func(x *report) float64 { return float64(x.ServerMinorFaults) }
+		a, na := median(r.load[sc+"gateway"], flt)
+		b, nb := median(r.load[sc+"reference"], flt)
+		row(fmt.Sprintf("burst %d, server minor page faults", k), num(a, na, "%.0f"), num(b, nb, "%.0f"), "", "(fresh pages: `wsbench page-faults`)")
+	}
 	for _, q := range []int{99, 50} {
 		v, n := median(r.raw["raw-jetstream-paced"], func(x *rawReport) float64 { return pct(x.Latency, q) })
 		row(fmt.Sprintf("raw JetStream publish → ack p%d, paced like the latency scenario (ms)", q), num(v, n, "%.2f"), "", "", "machine baseline")

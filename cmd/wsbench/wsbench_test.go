@@ -171,6 +171,10 @@ func TestLoadGateway(t *testing.T) {
 	if rep.ServerDelivery == nil || rep.ServerDelivery.N < int(rep.Events)/2 {
 		t.Errorf("server delivery histogram = %+v, want the gateway's observations", rep.ServerDelivery)
 	}
+	// 40 turns grow the gateway's heap: some of its memory must be fresh pages.
+	if rep.ServerCPUSeconds <= 0 || rep.ServerMinorFaults <= 0 {
+		t.Errorf("server CPU %.3f s, %d minor faults: want both read from /proc", rep.ServerCPUSeconds, rep.ServerMinorFaults)
+	}
 }
 
 func TestLoadReference(t *testing.T) {
