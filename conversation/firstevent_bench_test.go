@@ -3,6 +3,7 @@ package conversation_test
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -37,5 +38,42 @@ func BenchmarkFirstEvent(b *testing.B) {
 		slices.Sort(l)
 		b.ReportMetric(float64(l[len(l)/2].Microseconds()), name+"-p50-µs")
 		b.ReportMetric(float64(l[len(l)*99/100].Microseconds()), name+"-p99-µs")
+	}
+}
+
+// BenchmarkFirstEventLongThread measures the first event of every turn of one thread of 150
+// turns, one after the other on one socket, each run frame carrying the thread's user
+// messages so far (as a client posts its history) and sent as the previous turn's terminal
+// arrives: a turn's start reads, merges and writes the whole thread, so its time grows with
+// the thread. It reports the median over turns 1 to 10, 71 to 80 and 141 to 150.
+//
+//	go test -run '^$' -bench FirstEventLongThread -benchtime 3x ./conversation/
+func BenchmarkFirstEventLongThread(b *testing.B) {
+	e := newEnv(b, envOptions{runFrameRate: 1e6, runFrameBurst: 1e6})
+	cl := dial(b, e.url(), "")
+	const turns = 150
+	var lat []time.Duration
+	for i := range b.N {
+		thread := fmt.Sprintf("long-%d-%d", b.N, i)
+		var msgs []string
+		for k := range turns {
+			msgs = append(msgs, fmt.Sprintf("u%d", k), strings.Repeat("a question ", 20))
+			sent := time.Now()
+			cl.send(threadFrame(thread, fmt.Sprintf("%s-%d", thread, k), script{Tokens: 30}, msgs...))
+			f := cl.next(20 * time.Second)
+			lat = append(lat, time.Since(sent))
+			if f.err != nil || f.Type != "CUSTOM" {
+				b.Fatalf("turn %d: first frame %s (%v), want run.accepted", k, f.raw, f.err)
+			}
+			cl.untilTerminal()
+		}
+	}
+	for _, from := range []int{0, 70, 140} {
+		var l []time.Duration
+		for i := 0; i < len(lat); i += turns {
+			l = append(l, lat[i+from:i+from+10]...)
+		}
+		slices.Sort(l)
+		b.ReportMetric(float64(l[len(l)/2].Microseconds()), fmt.Sprintf("turn%d-p50-µs", from+1))
 	}
 }

@@ -56,3 +56,40 @@ func benchmarkFinish(b *testing.B, n int) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(evs)), "ns/event")
 }
+
+// BenchmarkTranscriptJSON decodes and encodes the transcript of a thread of 150 turns (a
+// user message and an assistant reply of text, a tool call and its result each), as a
+// thread's store does twice a turn (when it accepts a run and when the run ends).
+func BenchmarkTranscriptJSON(b *testing.B) {
+	var tr thread.Transcript
+	for i := range 150 {
+		id := strconv.Itoa(i)
+		tr.Messages = append(tr.Messages,
+			thread.Message{ID: "u" + id, Role: "user", Parts: []thread.Part{{Type: "text", Content: "a question about the weather in Paris, number " + id}}},
+			thread.Message{ID: "a" + id, Role: "assistant", CreatedAt: "2026-01-02T03:04:05.000Z", Parts: []thread.Part{
+				{Type: "tool-call", ID: "c" + id, Name: "get_weather", Arguments: `{"city":"Paris"}`, Input: json.RawMessage(`{"city":"Paris"}`), Output: json.RawMessage(`{"temp":20}`), State: "input-complete"},
+				{Type: "tool-result", ToolCallID: "c" + id, Content: `{"temp":20}`, State: "complete"},
+				{Type: "text", Content: "It is 20 degrees in Paris today, with a light wind from the west and no rain expected."}}})
+	}
+	enc, err := json.Marshal(tr)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Run("decode", func(b *testing.B) {
+		b.SetBytes(int64(len(enc)))
+		for b.Loop() {
+			var t thread.Transcript
+			if err := json.Unmarshal(enc, &t); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("encode", func(b *testing.B) {
+		b.SetBytes(int64(len(enc)))
+		for b.Loop() {
+			if _, err := json.Marshal(tr); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -1,6 +1,7 @@
 package thread
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"reflect"
@@ -17,13 +18,44 @@ type Message struct {
 }
 
 // MarshalJSON writes Parts as [] when empty.
-func (m Message) MarshalJSON() ([]byte, error) {
-	type plain Message
-	p := plain(m)
-	if p.Parts == nil {
-		p.Parts = []Part{}
+func (m Message) MarshalJSON() ([]byte, error) { return m.appendJSON(nil) }
+
+// appendJSON appends m's encoding to b. It writes the parts' encodings itself: through
+// encoding/json, every nested MarshalJSON result would be checked and compacted again at each
+// level (Part, Message, Transcript, and the value holding the Transcript), which made encoding
+// a long thread cost several times its size. What it writes is checked and compacted once, by
+// the json.Marshal that encodes the value holding it.
+func (m Message) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, m.ID)
+	b = append(b, `,"role":`...)
+	b = appendJSONString(b, m.Role)
+	b = append(b, `,"parts":[`...)
+	for i, p := range m.Parts {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		pb, err := p.MarshalJSON()
+		if err != nil {
+			return nil, err
+		}
+		b = append(b, pb...)
 	}
-	return json.Marshal(p)
+	b = append(b, ']')
+	if m.CreatedAt != "" {
+		b = append(b, `,"createdAt":`...)
+		b = appendJSONString(b, m.CreatedAt)
+	}
+	if len(m.Metadata) > 0 {
+		b = append(b, `,"metadata":`...)
+		b = append(b, m.Metadata...)
+	}
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as encoding/json encodes a string.
+func appendJSONString(b []byte, s string) []byte {
+	return append(b, mustJSON(s)...)
 }
 
 // Part is one part of a message, as @tanstack/ai-client shows it. Type is "text",
@@ -78,6 +110,10 @@ type wirePart struct {
 
 // MarshalJSON writes the part in the client's form.
 func (p Part) MarshalJSON() ([]byte, error) {
+	if p.Raw == nil && p.Type == "text" { // most parts: what json.Marshal of its wirePart writes
+		b := append(make([]byte, 0, len(p.Content)+32), `{"type":"text","content":`...)
+		return append(appendJSONString(b, p.text()), '}'), nil
+	}
 	w := wirePart{Type: p.Type}
 	switch p.Type {
 	case "text":
@@ -106,38 +142,38 @@ func (p Part) MarshalJSON() ([]byte, error) {
 // UnmarshalJSON reads a part MarshalJSON wrote. A part that the fields of its type do not
 // reproduce exactly is kept verbatim in Raw.
 func (p *Part) UnmarshalJSON(data []byte) error {
+	var w wirePart
+	if json.Unmarshal(data, &w) == nil {
+		switch w.Type {
+		case "text", "thinking", "tool-call", "tool-result":
+			q := Part{Type: w.Type, StepID: w.StepID, Signature: w.Signature, State: w.State,
+				Approval: w.Approval, Output: w.Output, Input: w.Input, Metadata: w.Metadata, Error: w.Error}
+			str := func(s *string) string {
+				if s == nil {
+					return ""
+				}
+				return *s
+			}
+			q.ID, q.Name, q.Arguments, q.ToolCallID = str(w.ID), str(w.Name), str(w.Arguments), str(w.ToolCallID)
+			if s, ok := asString(w.Content); ok {
+				q.Content = s
+			} else if w.Type == "tool-result" {
+				q.ContentParts = w.Content
+			}
+			// A part MarshalJSON wrote (a stored thread's) comes back byte for byte; another
+			// form of the same value (a client's key order or spacing) is compared as a value.
+			if b, err := q.MarshalJSON(); err == nil && (bytes.Equal(b, data) || sameJSON(b, data)) {
+				*p = q
+				return nil
+			}
+		}
+	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(data, &m); err != nil {
 		return err
 	}
 	typ, _ := asString(m["type"])
 	*p = Part{Type: typ, Raw: append(json.RawMessage(nil), data...)}
-	switch typ {
-	case "text", "thinking", "tool-call", "tool-result":
-	default:
-		return nil
-	}
-	var w wirePart
-	if json.Unmarshal(data, &w) != nil {
-		return nil
-	}
-	q := Part{Type: typ, StepID: w.StepID, Signature: w.Signature, State: w.State,
-		Approval: w.Approval, Output: w.Output, Input: w.Input, Metadata: w.Metadata, Error: w.Error}
-	str := func(s *string) string {
-		if s == nil {
-			return ""
-		}
-		return *s
-	}
-	q.ID, q.Name, q.Arguments, q.ToolCallID = str(w.ID), str(w.Name), str(w.Arguments), str(w.ToolCallID)
-	if s, ok := asString(w.Content); ok {
-		q.Content = s
-	} else if typ == "tool-result" {
-		q.ContentParts = w.Content
-	}
-	if b, err := q.MarshalJSON(); err == nil && sameJSON(b, data) {
-		*p = q
-	}
 	return nil
 }
 
@@ -173,14 +209,35 @@ type Transcript struct {
 	Answered map[string]*Interrupts `json:"answered,omitempty"`
 }
 
-// MarshalJSON writes Messages as [] when empty.
+// MarshalJSON writes Messages as [] when empty. Like Message's, it writes the messages'
+// encodings itself (see appendJSON).
 func (t Transcript) MarshalJSON() ([]byte, error) {
-	type plain Transcript
-	p := plain(t)
-	if p.Messages == nil {
-		p.Messages = []Message{}
+	b := []byte(`{"messages":[`)
+	for i, m := range t.Messages {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		var err error
+		if b, err = m.appendJSON(b); err != nil {
+			return nil, err
+		}
 	}
-	return json.Marshal(p)
+	b = append(b, ']')
+	for _, f := range []struct {
+		key  string
+		v    any
+		omit bool
+	}{{`,"interrupts":`, t.Interrupts, t.Interrupts == nil}, {`,"answered":`, t.Answered, len(t.Answered) == 0}} {
+		if f.omit {
+			continue
+		}
+		v, err := json.Marshal(f.v)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, f.key...), v...)
+	}
+	return append(b, '}'), nil
 }
 
 // Accept merges a newly accepted run's input (the RunAgentInput JSON as the client posted it)
