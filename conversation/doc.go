@@ -89,8 +89,10 @@
 // the abort comes from another request, the turn's open HTTP streams go on from the log to
 // its RUN_ERROR.
 //
-// With Config.Threads, every run is recorded in its thread (threads.go): as accepted before
-// its turn starts, and finished from its log once the log is closed (threadLog). A GET with a
+// With Config.Threads, every run is recorded in its thread (threads.go): as accepted while
+// its first event is stored, which is delivered (and the run announced to the thread's
+// followers) once the thread is written, and finished from its log once the log is closed
+// (threadLog). A GET with a
 // threadId and no runId on an HTTP transport is a hydrate: the thread's messages, active run
 // and pending interrupts as JSON (an unknown or foreign thread is an empty one);
 // Server.ThreadsHandler lists and deletes a principal's threads.

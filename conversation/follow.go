@@ -352,14 +352,15 @@ func (f *follow) deliver(runID string) {
 	fs.mu.Unlock()
 }
 
-// runningRuns answers a thread query: the runs of the thread key that this gateway runs.
+// runningRuns answers a thread query: the runs of the thread key that this gateway runs,
+// once announced.
 func (s *Server) runningRuns(key string) []jetstream.Announcement {
 	r := &s.turns
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var runs []jetstream.Announcement
 	for _, sl := range r.slots {
-		if sl.thread == key {
+		if sl.thread == key && sl.announced {
 			runs = append(runs, jetstream.Announcement{RunID: sl.key.runID, Origin: originOf(sl.owner)})
 		}
 	}

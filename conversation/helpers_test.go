@@ -145,8 +145,9 @@ type envOptions struct {
 	runFrameRate  float64
 	runFrameBurst int
 	maxFollows    int
-	// wrap, if set, wraps the Store the Server uses.
-	wrap func(conversation.Store) conversation.Store
+	// wrap, if set, wraps the Store the Server uses; wrapThreads its Threads.
+	wrap        func(conversation.Store) conversation.Store
+	wrapThreads func(conversation.Threads) conversation.Threads
 	// tokens, if set, authenticates requests (Config.Tokens) instead of X-Principal.
 	tokens conversation.Tokens
 	// retention of run logs (0: the store's default).
@@ -180,9 +181,13 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.wrap != nil {
 		cs = o.wrap(cs)
 	}
+	var threads conversation.Threads = store
+	if o.wrapThreads != nil {
+		threads = o.wrapThreads(threads)
+	}
 	srv, err := conversation.New(conversation.Config{
 		Store:                  cs,
-		Threads:                store,
+		Threads:                threads,
 		Agent:                  testAgent{},
 		Heartbeat:              o.heartbeat,
 		QueueSize:              o.queueSize,

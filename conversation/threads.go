@@ -39,31 +39,44 @@ type Threads interface {
 // threadTimeout bounds a thread update of a turn's start or end, and a hydrate's reads.
 const threadTimeout = 10 * time.Second
 
-// threadLog is a run's log that records the run in its thread: as accepted before the turn
-// starts (so that a hydrate from the run's first event on reports it), and finished before
-// the log closes (so that a hydrate which no longer reports the run as active has its final
-// messages). A log that failed is left to whoever ends it (the reaper, a resubmit). A failed
-// thread update is logged: the turn goes on, and its thread does not show it.
+// threadLog is a run's log that records the run in its thread: as accepted while the run's
+// first event is stored, which is delivered once the thread is written (so that a hydrate
+// from the run's first event on reports it), and finished before the log closes (so that a
+// hydrate which no longer reports the run as active has its final messages). A log that
+// failed is left to whoever ends it (the reaper, a resubmit). A failed thread update is
+// logged: the turn goes on, and its thread does not show it.
 type threadLog struct {
 	*jetstream.Writer
 	srv                        *Server
 	principal, threadID, runID string
 	log                        *slog.Logger
+	accepted                   chan struct{} // closed once the thread was written, and the run announced
 
 	// The events appended, kept while they fit in threadEventsMemory bytes: the run's end
 	// builds its thread from them; a longer run's end reads its log back.
-	mu     sync.Mutex
-	events []json.RawMessage
-	size   int
-	over   bool
+	mu      sync.Mutex
+	events  []json.RawMessage
+	size    int
+	over    bool
+	started bool // the first event was appended
 }
 
 // threadEventsMemory bounds the bytes of events a run keeps for its thread's update.
 const threadEventsMemory = 256 << 10
 
-// Append keeps event for the thread and appends it to the log.
+// Append keeps event for the thread and appends it to the log. The first event's stored
+// callback waits for the thread's write: the writer calls callbacks in order, so no event
+// of the run reaches anyone before its thread knows the run.
 func (l *threadLog) Append(event []byte, stored func(offset string, err error)) {
 	l.mu.Lock()
+	if !l.started {
+		l.started = true
+		next := stored
+		stored = func(offset string, err error) {
+			<-l.accepted
+			next(offset, err)
+		}
+	}
 	if !l.over {
 		if l.size += len(event); l.size > threadEventsMemory {
 			l.over, l.events = true, nil
@@ -75,15 +88,23 @@ func (l *threadLog) Append(event []byte, stored func(offset string, err error)) 
 	l.Writer.Append(event, stored)
 }
 
-// newThreadLog records the run of in as accepted in its thread, from ahead (the thread read
-// while the run's log was created), and returns w recording its end.
-func (srv *Server) newThreadLog(w *jetstream.Writer, principal string, in *protocol.RunAgentInput, ahead *jetstream.ThreadAhead, log *slog.Logger) *threadLog {
-	ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
-	defer cancel()
-	if err := srv.cfg.Threads.AcceptRun(ctx, principal, in.ThreadID, in.RunID, in.JSON(), ahead); err != nil {
-		log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
-	}
-	return &threadLog{Writer: w, srv: srv, principal: principal, threadID: in.ThreadID, runID: in.RunID, log: log}
+// newThreadLog returns w recording its run's end in the thread, and starts recording the
+// run of in (the slot s) as accepted in its thread, from ahead (the thread read while the
+// run's log was created), at the same time as the run's first event is stored; the run is
+// announced once its thread is written. The write waits for no event: a new run's first
+// event is stored in the write's round trip.
+func (srv *Server) newThreadLog(w *jetstream.Writer, s *slot, in *protocol.RunAgentInput, ahead *jetstream.ThreadAhead, log *slog.Logger) *threadLog {
+	l := &threadLog{Writer: w, srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log, accepted: make(chan struct{})}
+	go func() {
+		defer close(l.accepted)
+		ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
+		defer cancel()
+		if err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, in.JSON(), ahead); err != nil {
+			log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
+		}
+		srv.announce(s, log)
+	}()
+	return l
 }
 
 // Close closes the log, then finishes the run's thread from it (at most threadTimeout), so
@@ -102,8 +123,10 @@ func (l *threadLog) Close(ctx context.Context) error {
 	return err
 }
 
-// finish applies the run's events, every one stored since Close succeeded, to its thread.
+// finish applies the run's events, every one stored since Close succeeded, to its thread,
+// after the run's acceptance.
 func (l *threadLog) finish(ctx context.Context) error {
+	<-l.accepted
 	l.mu.Lock()
 	events, over := l.events, l.over
 	l.mu.Unlock()

@@ -8,8 +8,12 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/conversation"
+	"github.com/wsgateway/wsgateway/jetstream"
 )
 
 // threadFrame is a run frame of thread threadID whose messages are (id, text) user messages.
@@ -100,6 +104,82 @@ func TestHydrate(t *testing.T) {
 		if got := e.hydrate(t, "/api/chat", tt.principal, "threadId", tt.thread).raw; got != emptyThread {
 			t.Errorf("%s: hydrate = %s, want %s", tt.name, got, emptyThread)
 		}
+	}
+}
+
+// heldThreads holds every AcceptRun, the write of a new run into its thread, until release
+// is closed.
+type heldThreads struct {
+	threads
+	release chan struct{}
+}
+
+// threads names the embedded Threads of a wrapper, whose method Threads it would hide.
+type threads = conversation.Threads
+
+func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) error {
+	select {
+	case <-h.release:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	return h.threads.AcceptRun(ctx, principal, threadID, runID, input, ahead)
+}
+
+// TestFirstEventBesideThreadWrite: a turn's first event is stored while its thread is being
+// written, not after (one round trip less before the first token), and reaches its socket
+// only once the thread knows the run, so a hydrate right after it reports the run.
+func TestFirstEventBesideThreadWrite(t *testing.T) {
+	hold := heldThreads{release: make(chan struct{})}
+	e := newEnv(t, envOptions{wrapThreads: func(th conversation.Threads) conversation.Threads {
+		hold.threads = th
+		return hold
+	}})
+	cl := dial(t, e.url(), "p1")
+	var released atomic.Bool
+	first := make(chan frame, 1)
+	go func() {
+		f := cl.next(10 * time.Second)
+		if released.Load() {
+			first <- f
+		} else {
+			first <- frame{err: fmt.Errorf("frame %s arrived before the thread knew the run", f.raw)}
+		}
+	}()
+	cl.send(threadFrame("T", "r1", script{Tokens: 1}, "u1", "hello"))
+
+	// The thread's write is held: the run's log gets its first event all the same.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for {
+		entries, _, err := e.store.Snapshot(ctx, "p1", "r1")
+		if err == nil && len(entries) > 0 {
+			if got := string(entries[0].Event); !strings.Contains(got, "run.accepted") {
+				t.Fatalf("first stored event = %s, want run.accepted", got)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("the run's first event was not stored while its thread's write was held: %d entries, %v", len(entries), err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if h := e.hydrate(t, "/api/chat", "", "threadId", "T"); h.ActiveRun != nil {
+		t.Fatalf("hydrate while the thread's write is held = %s", h.raw)
+	}
+	time.Sleep(100 * time.Millisecond) // time enough for a delivery that does not wait
+
+	released.Store(true)
+	close(hold.release)
+	f := <-first
+	if f.err != nil || !strings.Contains(string(f.raw), "run.accepted") {
+		t.Fatalf("first frame = %s, %v; want run.accepted", f.raw, f.err)
+	}
+	if h := e.hydrate(t, "/api/chat", "", "threadId", "T"); h.ActiveRun == nil && !strings.Contains(h.summary(), "m-r1-1") {
+		t.Fatalf("hydrate after the first event = %s: neither the run active nor its reply", h.raw)
+	}
+	if got := summary(cl.untilTerminal()); !strings.HasSuffix(got, "RUN_FINISHED") {
+		t.Fatalf("the rest of the turn = %s", got)
 	}
 }
 

@@ -33,14 +33,15 @@ type runKey struct{ principal, runID string }
 // slot is a run's place in the registry, from its run frame (or POST) to its turn's end.
 // Its fields but key, owner and ready are guarded by the registry's mu.
 type slot struct {
-	key     runKey
-	thread  string        // the thread's key (Store.ThreadKey)
-	owner   *conn         // the conversation socket whose run frame started it; nil over HTTP
-	ready   chan struct{} // closed once the turn started, or failed to
-	turn    *turn.Turn    // nil until started; stays nil if it could not start
-	aborted bool          // an abort arrived
-	foreign bool          // an abort arrived from elsewhere than the owner's socket
-	live    *ownSink      // the owner's sink; nil over HTTP
+	key       runKey
+	thread    string        // the thread's key (Store.ThreadKey)
+	owner     *conn         // the conversation socket whose run frame started it; nil over HTTP
+	ready     chan struct{} // closed once the turn started, or failed to
+	turn      *turn.Turn    // nil until started; stays nil if it could not start
+	aborted   bool          // an abort arrived
+	announced bool          // its thread's followers may hear of it (announce)
+	foreign   bool          // an abort arrived from elsewhere than the owner's socket
+	live      *ownSink      // the owner's sink; nil over HTTP
 }
 
 // registry is the Server's one record of turns, keyed by principal and runId, whatever
@@ -230,10 +231,11 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	}
 	// The run's thread is read while its log is created, and written once the log exists:
 	// a run that could not be created (another principal's runId, the store unavailable)
-	// never shows in the thread. The turn starts once the thread is written, so every event
-	// of the run is stored after the thread knows the run: whoever reads the log (the
-	// owner's socket, a follower, a resume, a join), a client that received an event and
-	// then hydrates finds the run active, or finished.
+	// never shows in the thread. The thread's write and the run's first event go out
+	// together (threadLog), and nobody hears of the run before the thread knows it: its
+	// first event is delivered, and the run announced to the thread's followers, once the
+	// write is done. A client that received an event and then hydrates finds the run
+	// active, or finished.
 	var ahead *jetstream.ThreadAhead
 	threaded := srv.cfg.Threads != nil && req.in.ThreadID != ""
 	if threaded {
@@ -249,13 +251,11 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		log.Warn("creating run log", slog.String(keyErr, err.Error()))
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
-	// Followers of the thread learn of the run now that its log exists.
-	if err := srv.cfg.Store.Announce(s.thread, jetstream.Announcement{RunID: s.key.runID, Origin: originOf(s.owner)}); err != nil {
-		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
-	}
 	var tlog turn.Log = runLog
 	if threaded {
-		tlog = srv.newThreadLog(runLog, s.key.principal, req.in, ahead, log)
+		tlog = srv.newThreadLog(runLog, s, req.in, ahead, log)
+	} else {
+		srv.announce(s, log)
 	}
 	srv.turns.mu.Lock()
 	early := s.aborted // an abort that came before the run frame, or while the log opened
@@ -283,6 +283,17 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		t.Abort()
 	}
 	return t, nil
+}
+
+// announce tells the followers of the run's thread, on every gateway, that the run of s
+// exists (its log does), and lets this gateway's answers to their queries name it.
+func (srv *Server) announce(s *slot, log *slog.Logger) {
+	srv.turns.mu.Lock()
+	s.announced = true
+	srv.turns.mu.Unlock()
+	if err := srv.cfg.Store.Announce(s.thread, jetstream.Announcement{RunID: s.key.runID, Origin: originOf(s.owner)}); err != nil {
+		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
+	}
 }
 
 // endPrevious aborts the turn a resubmit replaces and waits for it to end, at most
