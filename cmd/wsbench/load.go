@@ -58,7 +58,7 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
 	fs.StringVar(&c.URL, "url", "ws://127.0.0.1:8080/ws", "the server's WebSocket endpoint")
 	fs.StringVar(&c.Label, "label", "", "a name for this run in the report (default: the URL)")
 	fs.IntVar(&c.Sockets, "sockets", 50, "conversation sockets to open")
-	fs.IntVar(&c.Active, "active", -1, "sockets that stream turns (default: all); the others stay idle")
+	fs.IntVar(&c.Active, "active", -1, "sockets that stream turns (default: all, none with --turns 0); the others stay idle")
 	fs.IntVar(&c.Turns, "turns", 1, "turns per active socket, one after the other")
 	fs.IntVar(&c.Tokens, "tokens", 200, "content deltas per turn (forwardedProps.demo.tokens)")
 	fs.IntVar(&c.IntervalMs, "interval-ms", 0, "time between two events of a turn (forwardedProps.demo.intervalMs)")
@@ -87,6 +87,9 @@ func parseLoadFlags(args []string, stderr io.Writer) (loadConfig, error) {
 	}
 	if c.Active < 0 || c.Active > c.Sockets {
 		c.Active = c.Sockets
+	}
+	if c.Turns == 0 {
+		c.Active = 0 // every socket idles
 	}
 	switch {
 	case c.Sockets < 1:
@@ -197,7 +200,12 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 	stopProgress := b.startProgress(runCtx, stderr, &mem)
 	defer stopProgress()
 
-	// Dial every socket.
+	// Dial every socket. A socket that streams no turn reads from its dial on until the end,
+	// however long the others take to dial: its reads answer the heartbeat's pings, and a
+	// close or a frame the server sends it is an error.
+	idleCtx, stopIdle := context.WithCancel(runCtx)
+	defer stopIdle()
+	var idleWG sync.WaitGroup
 	dialStart := time.Now()
 	socks := make([]*sock, cfg.Sockets)
 	sem := make(chan struct{}, cfg.Dialers)
@@ -219,6 +227,10 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 				return
 			}
 			socks[i] = s
+			if i >= cfg.Active {
+				idleWG.Add(1)
+				go func() { defer idleWG.Done(); s.idle(idleCtx) }()
+			}
 		}()
 	}
 	wg.Wait()
@@ -237,13 +249,7 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 		return nil, err
 	}
 
-	// Idle: every socket reads (so protocol pings are answered) and sends nothing.
-	idleCtx, stopIdle := context.WithCancel(runCtx)
-	var idleWG sync.WaitGroup
-	for _, s := range socks[cfg.Active:] {
-		idleWG.Add(1)
-		go func() { defer idleWG.Done(); s.idle(idleCtx) }()
-	}
+	// Idle: every socket open, sending nothing.
 	select {
 	case <-time.After(cfg.IdleSettle):
 	case <-ctx.Done():

@@ -15,8 +15,9 @@ import (
 
 // tableMain prints the side-by-side table of a results directory written by bench/run: files
 // named <scenario>.<server>.<n>.json holding a load report (servers "gateway" and
-// "reference") or a raw baseline (server "machine"). Every figure is the median over the
-// runs n.
+// "reference") or a raw baseline (server "machine"), and <scenario>.<server>.<n>-<i>.json
+// for the i-th of several servers loaded at once in run n (the fleet scenario). Every figure
+// is the median over the runs n.
 func tableMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("wsbench table", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -43,6 +44,7 @@ func tableMain(args []string, stdout, stderr io.Writer) int {
 type results struct {
 	load   map[string][]*report    // "scenario.server"
 	raw    map[string][]*rawReport // "scenario"
+	fleets map[string][]*report    // "scenario.server.n": the servers loaded at once in run n
 	failed []string                // result files of runs that reported nothing
 }
 
@@ -51,7 +53,7 @@ func loadResults(dir string) (*results, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &results{load: map[string][]*report{}, raw: map[string][]*rawReport{}}
+	r := &results{load: map[string][]*report{}, raw: map[string][]*rawReport{}, fleets: map[string][]*report{}}
 	for _, name := range names {
 		parts := strings.Split(strings.TrimSuffix(filepath.Base(name), ".json"), ".")
 		if len(parts) != 3 {
@@ -78,6 +80,10 @@ func loadResults(dir string) (*results, error) {
 			return nil, fmt.Errorf("%s: %w", name, err)
 		}
 		key := parts[0] + "." + parts[1]
+		if n, _, member := strings.Cut(parts[2], "-"); member {
+			r.fleets[key+"."+n] = append(r.fleets[key+"."+n], &lr)
+			continue
+		}
 		r.load[key] = append(r.load[key], &lr)
 	}
 	return r, nil
@@ -192,6 +198,7 @@ func (r *results) write(w io.Writer) {
 	g, ng := median(r.load["idle.gateway"], func(x *report) float64 { return float64(x.Goroutines) })
 	s, ns := median(r.load["idle.gateway"], func(x *report) float64 { return float64(x.Sockets) })
 	row("gateway goroutines with the idle sockets", num(g, ng, "%.0f")+" for "+num(s, ns, "%.0f")+" sockets", "", "", "one per socket")
+	r.writeFleet(row, num)
 	for _, srv := range []string{"gateway", "reference"} {
 		rs := r.load["scale."+srv]
 		if len(rs) == 0 {
@@ -265,3 +272,34 @@ func pct(p *percentiles, q int) float64 {
 }
 
 var nan = math.NaN()
+
+// writeFleet writes the rows of the fleet scenario: idle sockets on several gateways at once,
+// each run's RSS per socket over all of them (their RSS with the sockets less before them,
+// summed, over the sockets summed).
+func (r *results) writeFleet(row func(fig, gw, ref, ratio, target string), num func(float64, int, string) string) {
+	type fleet struct{ servers, sockets, errors, perSocket float64 }
+	var runs []fleet
+	for key, rs := range r.fleets {
+		if !strings.HasPrefix(key, "fleet.gateway.") {
+			continue
+		}
+		var f fleet
+		var bytes float64
+		for _, x := range rs {
+			f.servers++
+			f.sockets += float64(x.Sockets)
+			f.errors += float64(x.Errors)
+			bytes += float64(x.RSSIdleBytes - x.RSSBaseBytes)
+		}
+		f.perSocket = bytes / max(f.sockets, 1) / 1024
+		runs = append(runs, f)
+	}
+	if len(runs) == 0 {
+		return
+	}
+	sk, n := median(runs, func(f fleet) float64 { return f.sockets })
+	gw, _ := median(runs, func(f fleet) float64 { return f.servers })
+	ps, _ := median(runs, func(f fleet) float64 { return f.perSocket })
+	er, _ := median(runs, func(f fleet) float64 { return f.errors })
+	row(fmt.Sprintf("idle sockets on %.0f gateways sharing one NATS, RSS per socket (KiB)", gw), num(ps, n, "%.1f")+fmt.Sprintf(" for %.0f sockets, %.0f errors", sk, er), "", "", "100,000 sockets, ≤ 8 KiB")
+}

@@ -177,6 +177,52 @@ func TestLoadGateway(t *testing.T) {
 	}
 }
 
+// TestIdleSockets: sockets that stream no turn stay open through the server's heartbeats
+// (their reads answer its pings, from their dial on), and a socket the server closes while
+// they idle is an error.
+func TestIdleSockets(t *testing.T) {
+	bin := buildGateway(t)
+	gwArgs := []string{"serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-format", "json",
+		"--log-level", "info", "--drain-timeout", "2s"}
+	const sockets = 20
+	idle := func(t *testing.T, gw *process, settle string) (int, *report, string) {
+		code, out, errOut := wsbenchRun(t, "--url", "ws://"+gw.addr+"/ws", "--pid", strconv.Itoa(gw.pid),
+			"--sockets", strconv.Itoa(sockets), "--turns", "0", "--idle-settle", settle, "--progress", "0", "--json")
+		return code, decodeReport(t, out), errOut
+	}
+	t.Run("heartbeats", func(t *testing.T) {
+		// Pings every second go unanswered for the pong timeout (10 s) unless the sockets
+		// read: 14 s in, every socket must still be open.
+		gw := startProcess(t, "gateway", bin, append(gwArgs, "--heartbeat", "1s")...)
+		open := make(chan int64, 1)
+		go func() {
+			time.Sleep(14 * time.Second)
+			var n int64
+			for line := range strings.Lines(string(scrape(context.Background(), "http://"+gw.addr+"/metrics"))) {
+				if rest, ok := strings.CutPrefix(line, "wsgateway_conversation_open_sockets{"); ok && strings.Contains(rest, `kind="conversation"`) {
+					v, _ := strconv.ParseFloat(strings.TrimSpace(rest[strings.LastIndexByte(rest, ' '):]), 64)
+					n += int64(v)
+				}
+			}
+			open <- n
+		}()
+		code, rep, errOut := idle(t, gw, "16s")
+		if code != 0 || rep.Errors != 0 {
+			t.Fatalf("wsbench exit %d, errors %d %q\n%s", code, rep.Errors, rep.ErrorSample, errOut)
+		}
+		if n := <-open; n != sockets {
+			t.Errorf("open conversation sockets 14 s in = %d, want %d", n, sockets)
+		}
+	})
+	t.Run("closed", func(t *testing.T) {
+		gw := startProcess(t, "gateway", bin, append(gwArgs, "--idle-timeout", "1s")...)
+		code, rep, _ := idle(t, gw, "4s")
+		if code == 0 || rep.Errors != sockets {
+			t.Fatalf("wsbench exit %d, errors %d, with every socket closed by the server's idle timeout: want an error per socket", code, rep.Errors)
+		}
+	})
+}
+
 func TestLoadReference(t *testing.T) {
 	root := testenv.MustModuleRoot(t)
 	if _, err := os.Stat(filepath.Join(root, "bench", "node_modules", "@tanstack", "ai")); err != nil {
@@ -357,6 +403,10 @@ func TestTable(t *testing.T) {
 		write(fmt.Sprintf("throughput.reference.%d.json", i), &report{EventsPerSec: v})
 	}
 	write("raw-jetstream.machine.1.json", &rawReport{PerSec: 100000})
+	// A fleet run: two gateways loaded at once, 3,000 sockets in all, 24,000 KiB over their
+	// RSS before the sockets.
+	write("fleet.gateway.1-1.json", &report{Sockets: 1000, RSSBaseBytes: 10 << 20, RSSIdleBytes: 10<<20 + 8000<<10})
+	write("fleet.gateway.1-2.json", &report{Sockets: 2000, RSSBaseBytes: 20 << 20, RSSIdleBytes: 20<<20 + 16000<<10, Errors: 1})
 	var out, errOut bytes.Buffer
 	if code := run(context.Background(), []string{"table", dir}, &out, &errOut); code != 0 {
 		t.Fatalf("table exit %d: %s", code, errOut.String())
@@ -364,6 +414,7 @@ func TestTable(t *testing.T) {
 	for _, want := range []string{
 		"| throughput, events/s delivered | 80000 (n=3) | 35000 (n=2) | 2.29× |",
 		"| raw JetStream async publishes/s | 100000 (n=1) |  | 0.80× |",
+		"| idle sockets on 2 gateways sharing one NATS, RSS per socket (KiB) | 8.0 (n=1) for 3000 sockets, 1 errors |",
 	} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("table does not contain %q:\n%s", want, out.String())
