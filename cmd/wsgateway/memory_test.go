@@ -1,6 +1,7 @@
 package main
 
 import (
+	"runtime"
 	"testing"
 	"time"
 )
@@ -50,3 +51,51 @@ func TestTrimmerReturnsPeak(t *testing.T) {
 		t.Errorf("the step returned %d MiB of a %d MiB peak", (before-after)>>20, before>>20)
 	}
 }
+
+func TestShouldCollect(t *testing.T) {
+	const mib = 1 << 20
+	last := heapState{allocs: 1000 * mib}
+	for _, c := range []struct {
+		name     string
+		now      heapState
+		collects bool
+	}{
+		{"idle, garbage past the slack", heapState{allocs: 1002 * mib, held: 120 * mib, objects: 90 * mib, live: 60 * mib}, true},
+		{"under load", heapState{allocs: 1020 * mib, held: 120 * mib, objects: 90 * mib, live: 60 * mib}, false},
+		{"idle, garbage within the slack", heapState{allocs: 1002 * mib, held: 120 * mib, objects: 70 * mib, live: 60 * mib}, false},
+		{"idle, a small heap", heapState{allocs: 1000 * mib, held: 20 * mib, objects: 12 * mib, live: 4 * mib}, false},
+	} {
+		g := &idleCollector{last: last}
+		if got := g.shouldCollect(c.now); got != c.collects {
+			t.Errorf("%s: shouldCollect = %v, want %v", c.name, got, c.collects)
+		}
+		if g.last != c.now {
+			t.Errorf("%s: the collector did not keep its look", c.name)
+		}
+	}
+}
+
+// TestIdleCollectorCollects keeps 64 MiB live, makes 48 MiB of garbage, looks, then takes a
+// step with nothing allocated in between: the step collects the garbage.
+func TestIdleCollectorCollects(t *testing.T) {
+	live := make([][]byte, 0, 64<<10)
+	for range cap(live) {
+		live = append(live, make([]byte, 1024))
+	}
+	runtime.GC() // the live heap as marked: at least 64 MiB
+	for range 48 << 10 {
+		sink = make([]byte, 1024)
+	}
+	g := &idleCollector{last: readHeap()}
+	before := g.last.objects
+	if !g.step() {
+		t.Fatalf("no collection: %+v", g.last)
+	}
+	if after := g.last.objects; after > before-32<<20 {
+		t.Errorf("objects %d MiB before the step, %d MiB after: the garbage was not collected", before>>20, after>>20)
+	}
+	runtime.KeepAlive(live)
+}
+
+// sink keeps the compiler from dropping an allocation.
+var sink []byte
