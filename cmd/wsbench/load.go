@@ -204,7 +204,6 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 	// however long the others take to dial: its reads answer the heartbeat's pings, and a
 	// close or a frame the server sends it is an error.
 	idleCtx, stopIdle := context.WithCancel(runCtx)
-	defer stopIdle()
 	var idleWG sync.WaitGroup
 	dialStart := time.Now()
 	socks := make([]*sock, cfg.Sockets)
@@ -242,6 +241,7 @@ func runLoad(ctx context.Context, cfg loadConfig, stderr io.Writer) (*report, er
 			}
 		}
 	}()
+	defer func() { stopIdle(); idleWG.Wait() }() // before the sockets close: no reader reports it
 	if p := dialErr.Load(); p != nil {
 		return nil, *p
 	}

@@ -429,7 +429,16 @@ var build struct {
 	out  []byte
 }
 
-// buildGateway compiles cmd/wsgateway once per test binary.
+// TestMain removes the gateway buildGateway compiled, once every test is done.
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if build.bin != "" {
+		os.RemoveAll(filepath.Dir(build.bin))
+	}
+	os.Exit(code)
+}
+
+// buildGateway compiles cmd/wsgateway once per test binary, for every test that asks.
 func buildGateway(t *testing.T) string {
 	t.Helper()
 	root := testenv.MustModuleRoot(t)
@@ -447,7 +456,6 @@ func buildGateway(t *testing.T) string {
 	if build.err != nil {
 		t.Fatalf("go build ./cmd/wsgateway: %v\n%s", build.err, build.out)
 	}
-	t.Cleanup(func() { os.RemoveAll(filepath.Dir(build.bin)) })
 	return build.bin
 }
 
