@@ -111,7 +111,16 @@ type serveConfig struct {
 	durableAltPath  string // the TanStack adapter's shape; empty: off
 	durableLongPoll time.Duration
 	durableMaxBody  int64
+	// idleReturn: an idle gateway returns the heap its collections free to the system
+	// (--idle-memory return).
+	idleReturn bool
 }
+
+// Modes of --idle-memory.
+const (
+	idleMemoryKeep   = "keep"
+	idleMemoryReturn = "return"
+)
 
 // Modes of --auth.
 const (
@@ -211,6 +220,13 @@ var serveFlags = []serveFlag{
 	}},
 	{"heartbeat", "30s", "interval of the {\"type\":\"ping\"} frames and WebSocket pings", durationSetter(func(c *serveConfig) *time.Duration { return &c.heartbeat })},
 	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing or it follows a thread", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
+	{"idle-memory", idleMemoryKeep, "what an idle gateway does with the heap its idle collections free: keep (the next turns reuse it) or return (to the system: 1 to 2 KiB less per idle socket, but the next turns pay a page fault for every page they grow into again)", func(c *serveConfig, v string) error {
+		if v != idleMemoryKeep && v != idleMemoryReturn {
+			return fmt.Errorf("want %s or %s", idleMemoryKeep, idleMemoryReturn)
+		}
+		c.idleReturn = v == idleMemoryReturn
+		return nil
+	}},
 	{"lease-ttl", "15s", "producer lease; a run whose gateway died is ended (RUN_ERROR producer_lost) after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
 	{"thread-retention", "720h", "how long a thread (its transcript and list of runs) is kept after its last turn, independently of the runs' logs", durationSetter(func(c *serveConfig) *time.Duration { return &c.threadRetention })},

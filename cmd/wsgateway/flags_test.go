@@ -129,6 +129,7 @@ func TestParseServeErrors(t *testing.T) {
 		{[]string{"--nats-url", "http://a:4222"}, nil, "scheme must be nats, tls, ws or wss"},
 		{[]string{"--addr", "8080"}, nil, "want host:port"},
 		{[]string{"--log-format", "xml"}, nil, "want auto, text or json"},
+		{[]string{"--idle-memory", "free"}, nil, "want keep or return"},
 		{[]string{"--log-level", "loud"}, nil, "want debug, info, warn or error"},
 		{[]string{"--agent-url", "http://up:1"}, nil, "--agent-url, --agent-header and --agent-forward-headers are used only with --agent agui or openai"},
 		{[]string{"--data-dir", ""}, nil, "must not be empty"},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"runtime"
 	"testing"
 	"time"
@@ -76,25 +77,33 @@ func TestShouldCollect(t *testing.T) {
 }
 
 // TestIdleCollectorCollects keeps 64 MiB live, makes 48 MiB of garbage, looks, then takes a
-// step with nothing allocated in between: the step collects the garbage.
+// step with nothing allocated in between: the step collects the garbage and, with
+// --idle-memory return, returns its pages to the system.
 func TestIdleCollectorCollects(t *testing.T) {
-	live := make([][]byte, 0, 64<<10)
-	for range cap(live) {
-		live = append(live, make([]byte, 1024))
+	for _, returnFree := range []bool{false, true} {
+		t.Run(fmt.Sprintf("return=%v", returnFree), func(t *testing.T) {
+			live := make([][]byte, 0, 64<<10)
+			for range cap(live) {
+				live = append(live, make([]byte, 1024))
+			}
+			runtime.GC() // the live heap as marked: at least 64 MiB
+			for range 48 << 10 {
+				sink = make([]byte, 1024)
+			}
+			g := &idleCollector{last: readHeap(), returnFree: returnFree}
+			before := g.last
+			if !g.step() {
+				t.Fatalf("no collection: %+v", g.last)
+			}
+			if after := g.last.objects; after > before.objects-32<<20 {
+				t.Errorf("objects %d MiB before the step, %d MiB after: the garbage was not collected", before.objects>>20, after>>20)
+			}
+			if after := g.last.held; returnFree && after > before.held-32<<20 {
+				t.Errorf("heap held %d MiB before the step, %d MiB after: the garbage's pages were kept", before.held>>20, after>>20)
+			}
+			runtime.KeepAlive(live)
+		})
 	}
-	runtime.GC() // the live heap as marked: at least 64 MiB
-	for range 48 << 10 {
-		sink = make([]byte, 1024)
-	}
-	g := &idleCollector{last: readHeap()}
-	before := g.last.objects
-	if !g.step() {
-		t.Fatalf("no collection: %+v", g.last)
-	}
-	if after := g.last.objects; after > before-32<<20 {
-		t.Errorf("objects %d MiB before the step, %d MiB after: the garbage was not collected", before>>20, after>>20)
-	}
-	runtime.KeepAlive(live)
 }
 
 // sink keeps the compiler from dropping an allocation.

@@ -123,7 +123,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 		return err
 	}
 	served := g.listen()
-	go returnMemory(ctx, log)
+	go returnMemory(ctx, log, cfg.idleReturn)
 	select {
 	case err := <-served:
 		return fmt.Errorf("serve: %w", err)
