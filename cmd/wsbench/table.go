@@ -186,6 +186,10 @@ func (r *results) write(w io.Writer) {
 		a, na := median(r.load[sc+"gateway"], flt)
 		b, nb := median(r.load[sc+"reference"], flt)
 		row(fmt.Sprintf("burst %d, server minor page faults", k), num(a, na, "%.0f"), num(b, nb, "%.0f"), "", "(fresh pages: `wsbench page-faults`)")
+		cpu := func(x *report) float64 { return x.ServerCPUSeconds }
+		a, na = median(r.load[sc+"gateway"], cpu)
+		b, nb = median(r.load[sc+"reference"], cpu)
+		row(fmt.Sprintf("burst %d, server CPU (s)", k), num(a, na, "%.2f"), num(b, nb, "%.2f"), "", "")
 	}
 	for _, q := range []int{99, 50} {
 		v, n := median(r.raw["raw-jetstream-paced"], func(x *rawReport) float64 { return pct(x.Latency, q) })
