@@ -87,7 +87,10 @@ func roundRobin(tb testing.TB, targets ...string) string {
 		// A client going away mid-request (the suite aborts SSE reads) is not news.
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
-	srv := httptest.NewServer(proxy)
+	srv := httptest.NewUnstartedServer(proxy)
+	srv.Listener.Close()
+	srv.Listener = testenv.Listen(tb) // the suite's fetch refuses bad ports
+	srv.Start()
 	tb.Cleanup(func() {
 		srv.CloseClientConnections()
 		srv.Close()

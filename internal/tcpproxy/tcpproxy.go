@@ -12,6 +12,8 @@ import (
 	"net"
 	"sync"
 	"testing"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // Proxy forwards the connections it accepts on a loopback port to its target.
@@ -45,16 +47,13 @@ func (c *conn) reset() {
 	c.server.Close()
 }
 
-// Start listens on a free loopback port and forwards the connections it accepts to target;
+// Start listens on a free loopback port (one browsers accept) and forwards the connections it accepts to target;
 // with target "", they wait for SetTarget. refuse, when not nil, reads the first line each
 // client sends and closes the connection when it returns true. The proxy is closed when the
 // test ends.
 func Start(tb testing.TB, target string, refuse func(first []byte) bool) *Proxy {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
+	ln := testenv.Listen(tb)
 	p := &Proxy{ln: ln, refuse: refuse, ready: make(chan struct{}), done: make(chan struct{}),
 		conns: map[*conn]struct{}{}}
 	if target != "" {
