@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os/exec"
 	"strings"
 	"syscall"
@@ -12,9 +14,40 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/wsgateway/wsgateway/web"
 )
 
 // The command line and the process: endpoints, usage errors, graceful shutdown.
+
+// TestRefusedPortWarned starts the gateway on a port browsers and fetch refuse: it serves, and
+// its log warns that the page and the npm clients cannot reach it there. A gateway on another
+// port does not warn.
+func TestRefusedPortWarned(t *testing.T) {
+	port := 0
+	for p := 1024; p < 1<<16 && port == 0; p++ {
+		if !web.RefusedPort(p) {
+			continue
+		}
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+			ln.Close()
+			port = p
+		}
+	}
+	if port == 0 {
+		t.Fatal("every port from 1024 up that browsers refuse is taken on this machine")
+	}
+	refused := launchGateway(t, []string{"--addr", fmt.Sprintf("127.0.0.1:%d", port)})
+	refused.waitReady(t)
+	good := startGateway(t)
+	const warning = `"level":"WARN","msg":"browsers and fetch refuse this port`
+	if !strings.Contains(refused.log(), warning) {
+		t.Errorf("gateway on port %d: no warning %q in its log:\n%s", port, warning, refused.log())
+	}
+	if strings.Contains(good.log(), warning) {
+		t.Errorf("gateway on %s warns of a refused port:\n%s", good.Addr, good.log())
+	}
+}
 
 func TestEndpoints(t *testing.T) {
 	gw := startGateway(t)

@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/wsgateway/wsgateway/internal/testenv"
+	"github.com/wsgateway/wsgateway/web"
 )
 
 // gateway is a wsgateway process started by a test.
@@ -50,7 +50,7 @@ func startGateway(tb testing.TB, args ...string) *gateway {
 		g := launchGateway(tb, args)
 		g.waitReady(tb)
 		_, port, _ := net.SplitHostPort(g.Addr)
-		if n, _ := strconv.Atoi(port); !testenv.BadPort(n) {
+		if n, _ := strconv.Atoi(port); !web.RefusedPort(n) {
 			return g
 		}
 		tb.Logf("gateway listens on %s, a port browsers and fetch refuse; starting another", g.Addr)

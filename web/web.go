@@ -43,6 +43,7 @@ import (
 	"embed"
 	"io/fs"
 	"net/http"
+	"slices"
 )
 
 //go:embed static
@@ -81,3 +82,14 @@ func Handler() http.Handler {
 		page.ServeHTTP(w, r)
 	})
 }
+
+// refusedPorts is the Fetch standard's list of bad ports: browsers will not load a page from
+// one (Chromium says net::ERR_UNSAFE_PORT) and fetch, which the npm clients use, refuses them.
+var refusedPorts = []int{0, 1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69,
+	77, 79, 87, 95, 101, 102, 103, 104, 109, 110, 111, 113, 115, 117, 119, 123, 135, 137, 139,
+	143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532, 540, 548, 554, 556,
+	563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061,
+	6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080}
+
+// RefusedPort reports whether browsers and fetch refuse to connect to port.
+func RefusedPort(port int) bool { return slices.Contains(refusedPorts, port) }

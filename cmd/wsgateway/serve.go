@@ -324,6 +324,10 @@ func (g *gateway) logListening(authMode string) {
 		attrs = append(attrs, keyNATS, redactURLs(cfg.natsURLs))
 	}
 	g.log.Info("listening", attrs...)
+	if a, ok := g.ln.Addr().(*net.TCPAddr); ok && web.RefusedPort(a.Port) {
+		g.log.Warn("browsers and fetch refuse this port (a bad port of the Fetch standard): the chat page and the npm clients cannot reach the gateway here; choose another --addr",
+			keyAddr, addr)
+	}
 }
 
 // listen serves HTTP on the listener; the channel receives Serve's error.

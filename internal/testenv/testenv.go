@@ -7,9 +7,10 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"testing"
+
+	"github.com/wsgateway/wsgateway/web"
 )
 
 // ModuleRoot returns the directory holding go.mod, found upwards from the working directory
@@ -59,19 +60,9 @@ func (l *LockedBuffer) String() string {
 	return l.b.String()
 }
 
-// fetchBadPorts are the ports from 1024 up on the Fetch standard's list of bad ports:
-// Chromium will not load a page from one (net::ERR_UNSAFE_PORT) and Node's fetch refuses them
-// ("bad port"). A listener on port 0 can draw one where the ephemeral range starts at 1024.
-var fetchBadPorts = []int{1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061, 6000, 6566,
-	6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080}
-
-// BadPort reports whether browsers and fetch refuse to connect to port.
-func BadPort(port int) bool {
-	return port < 1024 || slices.Contains(fetchBadPorts, port)
-}
-
-// Listen listens on a loopback TCP port that browsers and fetch accept; it fails tb when it
-// cannot listen.
+// Listen listens on a loopback TCP port that browsers and fetch accept (a listener on port 0
+// can draw a refused one where the ephemeral range starts at 1024); it fails tb when it cannot
+// listen.
 func Listen(tb testing.TB) net.Listener {
 	tb.Helper()
 	var bad []net.Listener // held open until a good port is drawn, so none is drawn twice
@@ -85,7 +76,7 @@ func Listen(tb testing.TB) net.Listener {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if !BadPort(ln.Addr().(*net.TCPAddr).Port) {
+		if !web.RefusedPort(ln.Addr().(*net.TCPAddr).Port) {
 			return ln
 		}
 		bad = append(bad, ln)
