@@ -47,10 +47,10 @@ func (c *conn) reset() {
 	c.server.Close()
 }
 
-// Start listens on a free loopback port (one browsers accept) and forwards the connections it accepts to target;
-// with target "", they wait for SetTarget. refuse, when not nil, reads the first line each
-// client sends and closes the connection when it returns true. The proxy is closed when the
-// test ends.
+// Start listens on a free loopback port that browsers accept and forwards the connections it
+// accepts to target; with target "", they wait for SetTarget. refuse, when not nil, reads the
+// first line each client sends and closes the connection when it returns true. The proxy is
+// closed when the test ends.
 func Start(tb testing.TB, target string, refuse func(first []byte) bool) *Proxy {
 	tb.Helper()
 	ln := testenv.Listen(tb)
