@@ -21,8 +21,8 @@ import (
 // The command line and the process: endpoints, usage errors, graceful shutdown.
 
 // TestRefusedPortWarned starts the gateway on a port browsers and fetch refuse: it serves, and
-// its log warns that the page and the npm clients cannot reach it there. A gateway on another
-// port does not warn.
+// its log warns that the page and the npm clients cannot reach it there. A gateway on port 0
+// (the harness's) does not warn.
 func TestRefusedPortWarned(t *testing.T) {
 	port := 0
 	for p := 1024; p < 1<<16 && port == 0; p++ {
@@ -37,8 +37,7 @@ func TestRefusedPortWarned(t *testing.T) {
 	if port == 0 {
 		t.Fatal("every port from 1024 up that browsers refuse is taken on this machine")
 	}
-	refused := launchGateway(t, []string{"--addr", fmt.Sprintf("127.0.0.1:%d", port)})
-	refused.waitReady(t)
+	refused := startGateway(t, "--addr", fmt.Sprintf("127.0.0.1:%d", port))
 	good := startGateway(t)
 	const warning = `"level":"WARN","msg":"browsers and fetch refuse this port`
 	if !strings.Contains(refused.log(), warning) {

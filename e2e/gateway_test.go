@@ -6,17 +6,13 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"os/exec"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/wsgateway/wsgateway/web"
 )
 
 // gateway is a wsgateway process started by a test.
@@ -42,27 +38,8 @@ const (
 // startGateway starts the binary with an embedded NATS server in a fresh data directory on a
 // free loopback port, waits until /readyz answers 200, and stops the process when the test
 // ends: SIGTERM, then kill if it has not exited after stopTimeout. A process that does not exit
-// 0 on SIGTERM fails the test. Its log is printed when the test failed. A gateway that drew a
-// port browsers and fetch refuse is stopped and another started.
+// 0 on SIGTERM fails the test. Its log is printed when the test failed.
 func startGateway(tb testing.TB, args ...string) *gateway {
-	tb.Helper()
-	for range 5 {
-		g := launchGateway(tb, args)
-		g.waitReady(tb)
-		_, port, _ := net.SplitHostPort(g.Addr)
-		if n, _ := strconv.Atoi(port); !web.RefusedPort(n) {
-			return g
-		}
-		tb.Logf("gateway listens on %s, a port browsers and fetch refuse; starting another", g.Addr)
-		g.stop(tb)
-	}
-	tb.Fatal("gateway drew a port browsers and fetch refuse five times")
-	return nil
-}
-
-// launchGateway starts the gateway as startGateway does and returns once it has logged the
-// address it listens on, before it is ready.
-func launchGateway(tb testing.TB, args []string) *gateway {
 	tb.Helper()
 	if buildErr != nil {
 		tb.Fatalf("building the gateway: %v", buildErr)
@@ -99,6 +76,7 @@ func launchGateway(tb testing.TB, args []string) *gateway {
 	}
 	g.URL = "http://" + g.Addr
 	g.WS = "ws://" + g.Addr + "/ws"
+	g.waitReady(tb)
 	return g
 }
 

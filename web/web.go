@@ -36,12 +36,14 @@
 // drop stops following it after a grace period, and says so, while the agent may go on.
 //
 // The handler only reads the embedded files: it is safe for concurrent use and holds no
-// state.
+// state. [Listen] opens the gateway's listener on a port browsers will load the page from
+// ([RefusedPort]).
 package web
 
 import (
 	"embed"
 	"io/fs"
+	"net"
 	"net/http"
 	"slices"
 )
@@ -93,3 +95,33 @@ var refusedPorts = []int{0, 1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37,
 
 // RefusedPort reports whether browsers and fetch refuse to connect to port.
 func RefusedPort(port int) bool { return slices.Contains(refusedPorts, port) }
+
+// Listen listens on the TCP address addr. Where addr leaves the port to the system (port 0),
+// it draws again while the port drawn is one browsers and fetch refuse, which a system whose
+// ephemeral range starts at 1024 hands out now and then; a port named in addr is kept as it is.
+func Listen(addr string) (net.Listener, error) {
+	return listen(addr, net.Listen)
+}
+
+// listen is Listen over the listen function netListen.
+func listen(addr string, netListen func(network, addr string) (net.Listener, error)) (net.Listener, error) {
+	_, port, err := net.SplitHostPort(addr)
+	anyPort := err == nil && (port == "" || port == "0")
+	var refused []net.Listener // held open until a good port is drawn, so none is drawn twice
+	defer func() {
+		for _, ln := range refused {
+			ln.Close()
+		}
+	}()
+	for {
+		ln, err := netListen("tcp", addr)
+		if err != nil {
+			return nil, err
+		}
+		a, ok := ln.Addr().(*net.TCPAddr)
+		if !anyPort || !ok || !RefusedPort(a.Port) {
+			return ln, nil
+		}
+		refused = append(refused, ln)
+	}
+}

@@ -1,8 +1,10 @@
 package web
 
 import (
+	"fmt"
 	"io"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
@@ -103,5 +105,53 @@ func TestModuleImports(t *testing.T) {
 	}
 	if checked < 5 {
 		t.Errorf("checked %d references, want at least 5 (index.html: icon, style, app; app.js: two modules)", checked)
+	}
+}
+
+// TestListen: a listen on port 0 that is handed a port browsers refuse draws again and closes
+// the refused listener; a refused port named in the address is kept.
+func TestListen(t *testing.T) {
+	refusedAddr := ""
+	for _, p := range refusedPorts {
+		if p < 1024 {
+			continue
+		}
+		if ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+			refusedAddr = ln.Addr().String()
+			ln.Close()
+			break
+		}
+	}
+	if refusedAddr == "" {
+		t.Fatal("every port from 1024 up that browsers refuse is taken on this machine")
+	}
+	draws := 0
+	systemDraws := func(network, addr string) (net.Listener, error) { // a refused port first
+		if draws++; draws == 1 {
+			return net.Listen(network, refusedAddr)
+		}
+		return net.Listen(network, addr)
+	}
+	ln, err := listen("127.0.0.1:0", systemDraws)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if port := ln.Addr().(*net.TCPAddr).Port; RefusedPort(port) || draws != 2 {
+		t.Errorf("listen on port 0 returned port %d after %d draws, want a port browsers accept after 2", port, draws)
+	}
+	again, err := net.Listen("tcp", refusedAddr)
+	if err != nil {
+		t.Fatalf("the refused listener was left open: %v", err)
+	}
+	again.Close()
+
+	named, err := Listen(refusedAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer named.Close()
+	if got := named.Addr().String(); got != refusedAddr {
+		t.Errorf("Listen(%s) listens on %s, want the port it was given", refusedAddr, got)
 	}
 }

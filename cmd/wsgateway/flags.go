@@ -143,7 +143,7 @@ func (f serveFlag) env() string {
 }
 
 var serveFlags = []serveFlag{
-	{"addr", "127.0.0.1:8080", "HTTP listen address (host:port; port 0 picks a free port)", func(c *serveConfig, v string) error {
+	{"addr", "127.0.0.1:8080", "HTTP listen address (host:port; port 0 picks a free port that browsers accept)", func(c *serveConfig, v string) error {
 		if _, _, err := net.SplitHostPort(v); err != nil {
 			return fmt.Errorf("want host:port, e.g. 127.0.0.1:8080 or :8080")
 		}

@@ -241,7 +241,7 @@ func (g *gateway) build(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("conversation server: %w", err)
 	}
-	if g.ln, err = net.Listen("tcp", cfg.addr); err != nil {
+	if g.ln, err = web.Listen(cfg.addr); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	mux, ds, err := g.routes(ctx, principalOf(tokens))

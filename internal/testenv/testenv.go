@@ -60,25 +60,13 @@ func (l *LockedBuffer) String() string {
 	return l.b.String()
 }
 
-// Listen listens on a loopback TCP port that browsers and fetch accept (a listener on port 0
-// can draw a refused one where the ephemeral range starts at 1024); it fails tb when it cannot
-// listen.
+// Listen listens on a loopback TCP port that browsers and fetch accept ([web.Listen]); it
+// fails tb when it cannot listen.
 func Listen(tb testing.TB) net.Listener {
 	tb.Helper()
-	var bad []net.Listener // held open until a good port is drawn, so none is drawn twice
-	defer func() {
-		for _, ln := range bad {
-			ln.Close()
-		}
-	}()
-	for {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		if !web.RefusedPort(ln.Addr().(*net.TCPAddr).Port) {
-			return ln
-		}
-		bad = append(bad, ln)
+	ln, err := web.Listen("127.0.0.1:0")
+	if err != nil {
+		tb.Fatal(err)
 	}
+	return ln
 }
