@@ -6,7 +6,7 @@
 #
 # The build stage's Go version follows go.mod (e2e/compose_test.go checks it).
 
-FROM golang:1.26.8-alpine AS build
+FROM golang:1.27.3-alpine AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

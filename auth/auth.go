@@ -12,7 +12,7 @@
 // (TokenFromRequest: an "Authorization: Bearer" header, else the named cookie, else the named
 // query parameter, since browsers cannot set headers on a WebSocket handshake), verifies it,
 // and returns its subject ("sub") as the principal; Authenticator.Identify and VerifyIdentity
-// return its expiry too, for sockets that outlive their handshake.
+// return its expiry too, for sockets that outlive their handshake, and its BudgetClaim.
 //
 // Invariants:
 //   - The accepted algorithms are pinned to the configured keys: a secret accepts HS256 only,
@@ -34,11 +34,13 @@ import (
 	"crypto/elliptic"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"strconv"
 	"time"
 	"unicode"
 	"unicode/utf8"
@@ -251,6 +253,31 @@ type Identity struct {
 	Subject string
 	// Expires is the token's "exp" plus Config.Leeway: the last instant it verifies.
 	Expires time.Time
+	// TokenBudget is the token's BudgetClaim, -1 when it has none.
+	TokenBudget int64
+}
+
+// BudgetClaim names the claim that gives a token's principal its own budget of tokens per
+// period (the gateway's --token-budget): a non-negative integer, 0 for no budget. A token
+// whose claim is anything else is refused.
+const BudgetClaim = "wsgateway_token_budget"
+
+// tokenClaims are the claims a token is read for.
+type tokenClaims struct {
+	jwt.RegisteredClaims
+	TokenBudget json.RawMessage `json:"wsgateway_token_budget"`
+}
+
+// tokenBudget returns the value of BudgetClaim in raw, -1 when absent.
+func tokenBudget(raw json.RawMessage) (int64, error) {
+	if raw == nil {
+		return -1, nil
+	}
+	n, err := strconv.ParseInt(string(raw), 10, 64)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("%w: the %s claim must be a non-negative integer", ErrInvalidToken, BudgetClaim)
+	}
+	return n, nil
 }
 
 // Identify is Principal returning the token's expiry too.
@@ -267,15 +294,19 @@ func (a *Authenticator) VerifyIdentity(token string) (Identity, error) {
 	if len(token) > MaxTokenLen {
 		return Identity{}, fmt.Errorf("%w: longer than %d bytes", ErrInvalidToken, MaxTokenLen)
 	}
-	var claims jwt.RegisteredClaims
-	if _, err := a.parser.ParseWithClaims(token, &claims, a.keyFor); err != nil {
+	var c tokenClaims
+	if _, err := a.parser.ParseWithClaims(token, &c, a.keyFor); err != nil {
 		return Identity{}, fmt.Errorf("%w: %w", ErrInvalidToken, err)
 	}
-	if !validSubject(claims.Subject) {
+	if !validSubject(c.Subject) {
 		return Identity{}, fmt.Errorf("%w: the subject (sub) must be non-empty printable text of at most %d bytes", ErrInvalidToken, MaxSubjectLen)
 	}
+	budget, err := tokenBudget(c.TokenBudget)
+	if err != nil {
+		return Identity{}, err
+	}
 	// The parser requires exp.
-	return Identity{Subject: claims.Subject, Expires: claims.ExpiresAt.Add(a.leeway)}, nil
+	return Identity{Subject: c.Subject, Expires: c.ExpiresAt.Add(a.leeway), TokenBudget: budget}, nil
 }
 
 // keyFor returns the keys that may verify t: those of its algorithm (WithValidMethods has

@@ -230,3 +230,30 @@ func TestTokenFromRequest(t *testing.T) {
 		})
 	}
 }
+
+// TestBudgetClaim: a token's BudgetClaim reaches its Identity; a token without it has none
+// (-1); a claim that is not a non-negative integer refuses the token, saying why.
+func TestBudgetClaim(t *testing.T) {
+	a := newAuth(t, Config{Secret: secret})
+	for _, tt := range []struct {
+		name  string
+		claim any // nil: absent
+		want  int64
+		why   string
+	}{
+		{"absent", nil, -1, ""},
+		{"a budget", 50000, 50000, ""},
+		{"no budget", 0, 0, ""},
+		{"negative", -1, 0, "wsgateway_token_budget claim must be a non-negative integer"},
+		{"fractional", 1.5, 0, "wsgateway_token_budget claim must be a non-negative integer"},
+		{"a string", "100", 0, "wsgateway_token_budget claim must be a non-negative integer"},
+	} {
+		id, err := a.VerifyIdentity(sign(t, jwt.SigningMethodHS256, secret, "", with(claims("alice"), BudgetClaim, tt.claim)))
+		switch {
+		case tt.why == "" && (err != nil || id.TokenBudget != tt.want || id.Subject != "alice"):
+			t.Errorf("%s: VerifyIdentity() = %+v, %v; want budget %d", tt.name, id, err, tt.want)
+		case tt.why != "" && (!errors.Is(err, ErrInvalidToken) || !strings.Contains(err.Error(), tt.why)):
+			t.Errorf("%s: VerifyIdentity() error = %v, want ErrInvalidToken saying %q", tt.name, err, tt.why)
+		}
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // jwksServer is an identity provider's HTTPS JWK Set endpoint whose keys and availability
@@ -67,18 +69,6 @@ func (s *jwksServer) roots() *x509.CertPool {
 	return p
 }
 
-// waitFor polls cond every 20ms until it holds, failing the test after d.
-func waitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
-	tb.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			tb.Fatalf("after %v: %s", d, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 func TestJWKSURLRotation(t *testing.T) {
 	rsaKey, _, ecKey, _ := keys(t)
 	srv := newJWKSServer(t, jwksOf(t, jwkOf(&rsaKey.PublicKey, "old")))
@@ -102,7 +92,7 @@ func TestJWKSURLRotation(t *testing.T) {
 	// The provider removes the old key: the next scheduled fetch drops it.
 	srv.serve(jwksOf(t, jwkOf(&ecKey.PublicKey, "new")))
 	start := time.Now()
-	waitFor(t, 3*time.Second, "a token of the removed key still verifies", func() bool {
+	testenv.WaitFor(t, 3*time.Second, "a token of the removed key still verifies", func() bool {
 		_, err := a.Verify(oldTok)
 		return errors.Is(err, ErrInvalidToken) && strings.Contains(err.Error(), `no key with key id "old" in the JWK Set`)
 	})
@@ -115,7 +105,7 @@ func TestJWKSURLRotation(t *testing.T) {
 	// whole, this empty set would drop every key).
 	srv.serve([]byte(`{"pad":"` + strings.Repeat("x", maxJWKSLen) + `","keys":[]}`))
 	before0 := srv.fetches.Load()
-	waitFor(t, 3*time.Second, "no scheduled fetch of the oversized set", func() bool { return srv.fetches.Load() >= before0+2 })
+	testenv.WaitFor(t, 3*time.Second, "no scheduled fetch of the oversized set", func() bool { return srv.fetches.Load() >= before0+2 })
 	if p, err := a.Verify(newTok); p != "bob" || err != nil {
 		t.Fatalf("Verify after an oversized set = %q, %v; want bob (the last good set)", p, err)
 	}
@@ -123,7 +113,7 @@ func TestJWKSURLRotation(t *testing.T) {
 	// An outage: fetches fail, the last good set stays.
 	srv.setDown(true)
 	before := srv.fetches.Load()
-	waitFor(t, 3*time.Second, "no scheduled fetch during the outage", func() bool { return srv.fetches.Load() >= before+2 })
+	testenv.WaitFor(t, 3*time.Second, "no scheduled fetch during the outage", func() bool { return srv.fetches.Load() >= before+2 })
 	if p, err := a.Verify(newTok); p != "bob" || err != nil {
 		t.Fatalf("Verify during the outage = %q, %v; want bob (the last good set)", p, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"time"
@@ -85,20 +84,25 @@ func (s *Server) answerAbort(w http.ResponseWriter, r *http.Request, principal, 
 }
 
 // abortRun stops the principal's run of runID, here or on another gateway, and returns its
-// outcome once its log is closed: it reads the whole log, which a run still being created
-// here, or aborted as it starts, has soon (jetstream.Store.Read waits for it).
+// outcome once its log is closed, from the log's last event (Store.LastEvent: what is stored
+// after the request and one batch, however long the run was), which a run still being
+// created here, or aborted as it starts, has soon (LastEvent waits for it). A turn of this
+// gateway has also ended and freed its place (Config.MaxTurnsPerPrincipal) by then: a client
+// that stopped a turn may start the next one at once.
 func (s *Server) abortRun(ctx context.Context, principal, runID string) (string, error) {
-	if !s.turns.abort(runKey{principal, runID}, nil, "", 0, 0) {
+	here := s.turns.abort(runKey{principal, runID}, nil, "", 0, 0)
+	if here == nil {
 		stop := make(chan struct{})
 		defer close(stop)
 		go s.requestAbort(principal, runID, stop)
 	}
-	r, err := s.cfg.Store.Read(ctx, principal, runID, jetstream.FromStart)
+	last, err := s.cfg.Store.LastEvent(ctx, principal, runID)
 	if err != nil {
 		return "", err
 	}
-	defer r.Close()
-	last, err := lastEvent(ctx, r)
+	if here != nil {
+		err = s.turns.wait(ctx, here)
+	}
 	return outcomeOf(last), err
 }
 
@@ -116,21 +120,6 @@ func (s *Server) requestAbort(principal, runID string, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-	}
-}
-
-// lastEvent reads r to the log's close and returns its last event, nil if it held none.
-func lastEvent(ctx context.Context, r *jetstream.Reader) ([]byte, error) {
-	var last []byte
-	for {
-		e, err := r.Next(ctx)
-		if errors.Is(err, io.EOF) {
-			return last, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		last = e.Event
 	}
 }
 

@@ -191,10 +191,10 @@ type heldCreates struct {
 	release chan struct{}
 }
 
-func (h *heldCreates) Create(ctx context.Context, principal, runID, threadID string) (*jetstream.Writer, error) {
+func (h *heldCreates) Create(ctx context.Context, principal, runID, threadID string, opts ...jetstream.CreateOption) (*jetstream.Writer, error) {
 	h.started <- struct{}{}
 	<-h.release
-	return h.Store.Create(ctx, principal, runID, threadID)
+	return h.Store.Create(ctx, principal, runID, threadID, opts...)
 }
 
 // TestHTTPAbortWhileStarting: a DELETE that arrives while the turn's log is being created

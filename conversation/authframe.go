@@ -60,10 +60,13 @@ func principalOf(tokens Tokens) func(*http.Request) (string, error) {
 }
 
 // tokenExpired reports whether the socket's token expired; if so, it closes the socket 4401
-// at once (the heartbeat wheel would within a tick), so that a frame read after the expiry
-// starts nothing.
+// at once (the heartbeat wheel would within a tick, on a conversation socket), so that a frame
+// read after the expiry starts or stops nothing.
 func (c *conn) tokenExpired() bool {
 	d := c.hb.Deadline()
+	if c.resume {
+		d = c.expires
+	}
 	if d.IsZero() || time.Now().Before(d) {
 		return false
 	}

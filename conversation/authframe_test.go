@@ -55,8 +55,14 @@ func token(t testing.TB, sub string, exp time.Time) string {
 // dialToken opens a socket with a bearer token.
 func dialToken(t testing.TB, u, tok string) *client {
 	t.Helper()
+	return dialWith(t, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+}
+
+// dialWith opens a socket with opts.
+func dialWith(t testing.TB, u string, opts *websocket.DialOptions) *client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: http.Header{"Authorization": {"Bearer " + tok}}})
+	c, _, err := websocket.Dial(ctx, u, opts)
 	if err != nil {
 		cancel()
 		t.Fatalf("Dial(%s) = %v", u, err)
@@ -183,5 +189,29 @@ func TestExpiredTokenStartsNoTurn(t *testing.T) {
 	}
 	if n := e.metric(t, "wsgateway_turn_started_total", ""); n != 0 {
 		t.Errorf("turns started = %v, want 0", n)
+	}
+}
+
+// TestExpiredTokenAbortsNothingOnResume: an abort frame read on a resume socket after its
+// token expired, before the heartbeat's tick closes the socket, aborts nothing: the socket
+// closes 4401 and the run goes on to RUN_FINISHED.
+func TestExpiredTokenAbortsNothingOnResume(t *testing.T) {
+	e := newTokenEnv(t, time.Hour) // the wheel never ticks in this test
+	owner := dialToken(t, e.url(), token(t, "p1", time.Now().Add(time.Hour)))
+	const deltas = 30 // 30 × 150 ms: the run outlives the resume socket's token
+	owner.send(runFrame("long", script{Tokens: deltas, IntervalMs: 150}))
+	first := owner.next(5 * time.Second)
+	if first.Offset == "" {
+		t.Fatalf("first frame %s %v, want an event with an offset", first.raw, first.err)
+	}
+	exp := time.Now().Add(2 * time.Second).Truncate(time.Second)
+	rs := dialToken(t, e.url("runId", "long", "offset", first.Offset), token(t, "p1", exp))
+	time.Sleep(time.Until(exp.Add(100 * time.Millisecond)))
+	rs.send(abortFrame("long"))
+	if _, end := rs.untilClose(); end.code != conversation.StatusTokenExpired {
+		t.Fatalf("resume socket ended with %v, want close 4401", end.err)
+	}
+	if s := summary(append([]frame{first}, owner.untilTerminal()...)); s != tokenTurn(deltas) {
+		t.Errorf("the run after an expired resume socket's abort: %s\nwant %s", s, tokenTurn(deltas))
 	}
 }

@@ -8,39 +8,6 @@ import (
 	"github.com/wsgateway/wsgateway/heartbeat"
 )
 
-func TestTokenBucket(t *testing.T) {
-	ms := func(n int) time.Duration { return time.Hour + time.Duration(n)*time.Millisecond }
-	tests := []struct {
-		name  string
-		rate  float64
-		burst int
-		at    []time.Duration
-		want  string // one letter per take: y allowed, n refused
-	}{
-		{"burst then refused", 10, 3, []time.Duration{ms(0), ms(1), ms(2), ms(3), ms(4)}, "yyynn"},
-		{"refills at the rate", 10, 2, []time.Duration{ms(0), ms(0), ms(0), ms(100), ms(100), ms(300), ms(300), ms(300)}, "yynynyyn"},
-		{"refill capped at the burst", 10, 2, []time.Duration{ms(0), ms(10000), ms(10000), ms(10000)}, "yyyn"},
-		{"refused takes cost nothing", 1, 1, []time.Duration{ms(0), ms(500), ms(999), ms(1000), ms(1001)}, "ynnyn"},
-		{"steady rate passes", 10, 1, []time.Duration{ms(0), ms(100), ms(200), ms(300)}, "yyyy"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			var b tokenBucket
-			got := ""
-			for _, at := range tt.at {
-				if b.take(at, tt.rate, tt.burst) {
-					got += "y"
-				} else {
-					got += "n"
-				}
-			}
-			if got != tt.want {
-				t.Errorf("takes = %s, want %s", got, tt.want)
-			}
-		})
-	}
-}
-
 func TestRegistryMaxTurns(t *testing.T) {
 	w, err := heartbeat.New(heartbeat.Config{Interval: time.Hour})
 	if err != nil {
@@ -83,5 +50,50 @@ func TestRegistryMaxTurns(t *testing.T) {
 	r.close()
 	if _, _, err := add(c2, "e"); !errors.Is(err, errClosing) {
 		t.Errorf("add after close = %v, want errClosing", err)
+	}
+}
+
+// TestRegistryPrincipalBounds: the principal's running turns and its start rate, whatever
+// door added them (no owner: HTTP), and a principal of its own bounds.
+func TestRegistryPrincipalBounds(t *testing.T) {
+	r := registry{limits: func(p string) PrincipalLimits {
+		if p == "svc" {
+			return PrincipalLimits{Turns: 3, TurnRate: 0.001, TurnBurst: 10}
+		}
+		// A rate this low refills nothing during the test: the burst is all there is.
+		return PrincipalLimits{Turns: 2, TurnRate: 0.001, TurnBurst: 4}
+	}}
+	add := func(p, id string) (*slot, *slot, error) { return r.add(runKey{p, id}, "", nil, 0, 0) }
+	a, _, errA := add("p", "a")
+	b, _, errB := add("p", "b")
+	if errA != nil || errB != nil {
+		t.Fatalf("two turns of p under its bound = %v, %v", errA, errB)
+	}
+	if _, _, err := add("p", "c"); !errors.Is(err, errPrincipalTurns) {
+		t.Errorf("a third turn of p with 2 running = %v, want errPrincipalTurns", err)
+	}
+	a2, prev, err := add("p", "a")
+	if err != nil || prev != a {
+		t.Errorf("resubmit of a at p's bound = %v, %v; want a new slot replacing a", prev, err)
+	}
+	for _, id := range []string{"a", "b", "c"} {
+		if _, _, err := add("svc", id); err != nil {
+			t.Errorf("svc's turn %s while p is at its bound = %v", id, err)
+		}
+	}
+	r.end(a) // replaced: p still runs a2 and b
+	if _, _, err := add("p", "c"); !errors.Is(err, errPrincipalTurns) {
+		t.Errorf("c while a2 and b run = %v, want errPrincipalTurns", err)
+	}
+	r.end(a2)
+	if _, _, err := add("p", "c"); err != nil { // p's fourth token (a, b, a2, c)
+		t.Errorf("c after a ended = %v, want it added", err)
+	}
+	r.end(b)
+	if _, _, err := add("p", "d"); !errors.Is(err, errTurnRate) {
+		t.Errorf("a fifth start of p with a burst of 4 = %v, want errTurnRate", err)
+	}
+	if n := r.running.Held("p"); n != 1 {
+		t.Errorf("p counts %d running turns, want 1 (c)", n)
 	}
 }

@@ -3,6 +3,7 @@ package conversation
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"sync"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wsgateway/wsgateway/heartbeat"
+	"github.com/wsgateway/wsgateway/internal/quota"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -66,13 +68,16 @@ type conn struct {
 
 	// id names the socket in this process (origin).
 	id uint64
+	// expires: a resume socket's token expiry, after which its aborts are refused; zero:
+	// none. A conversation socket's is its heartbeat deadline. Set once.
+	expires time.Time
 
 	// Conversation sockets only. turnCount and early are guarded by the registry's mu.
 	follows   *follows        // the threads it follows, from its first follow frame; under mu
 	turnCount int             // keys of the registry whose slot this socket owns
 	early     earlyAborts     // aborts that came before their run frame
-	runFrames tokenBucket     // run frames taken (Config.RunFrameRate); reader only
-	turnCtx   context.Context // values for its turns' agents (Config.TurnContext); nil: none
+	runFrames quota.Bucket    // run frames taken (Config.RunFrameRate); reader only
+	turnCtx   context.Context // values for its turns' agents (Config.TurnContext) or its replay (a trace context); nil: none
 }
 
 // newConn returns the socket ws, upgraded through a batchHijacker whose connection is out,
@@ -141,30 +146,56 @@ func (c *conn) deliverFrame(data []byte, emitted time.Time) bool {
 	return true
 }
 
-// roomLocked reports whether a frame of n bytes fits in the queue. An empty queue takes any
-// frame, so a frame larger than the byte budget still goes out.
+// roomLocked reports whether a frame of n bytes fits in the queue, and in the gateway's
+// memory budget. An empty queue takes any frame, so a frame larger than the byte budget
+// still goes out.
 func (c *conn) roomLocked(n int) bool {
 	if len(c.queue) == 0 {
 		return true
 	}
-	return len(c.queue) < c.srv.cfg.QueueSize && c.queued+n <= c.srv.cfg.QueueBytes
+	return len(c.queue) < c.srv.cfg.QueueSize && c.queued+n <= c.srv.cfg.QueueBytes && !c.srv.cfg.Budget.Full()
 }
 
+// pushLocked queues f, charged to the memory budget until it is written or dropped.
 func (c *conn) pushLocked(f frame) {
 	c.queue = append(c.queue, f)
 	c.queued += len(f.data)
+	c.srv.cfg.Budget.Take(int64(len(f.data)))
 	c.startWriterLocked()
 }
 
-// send queues a frame, waiting for room while the queue is full (resume sockets).
+// dropQueueLocked drops the queued frames and gives their bytes back to the budget.
+func (c *conn) dropQueueLocked() {
+	c.srv.cfg.Budget.Release(int64(c.queued))
+	c.queue, c.queued = nil, 0
+}
+
+// send queues a frame, waiting for room while the queue is full, or the gateway's memory
+// budget has no room (resume sockets).
 func (c *conn) send(ctx context.Context, data []byte) error {
+	return c.sendWithin(ctx, data, 1, 0)
+}
+
+// errNoRoom is sendWithin's answer when the queue had no room for its wait.
+var errNoRoom = errors.New("conversation: no room in the socket's queue")
+
+// sendWithin queues a frame, waiting first while the memory budget has no room, then for
+// room while the queue holds 1/share of its caps or more, for at most wait (0: no bound),
+// then errNoRoom. A conversation socket's replays (follows, catch-ups) take half (share 2):
+// they read a log faster than the socket writes, and the other half stays for its live
+// turns, whose frames never wait.
+func (c *conn) sendWithin(ctx context.Context, data []byte, share int, wait time.Duration) error {
+	if err := c.srv.cfg.Budget.Wait(ctx, nil, c.srv.cfg.Budget.Room); err != nil {
+		return err
+	}
+	var timeout <-chan time.Time
 	for {
 		c.mu.Lock()
 		if c.closing {
 			c.mu.Unlock()
 			return errSocketClosed
 		}
-		if c.roomLocked(len(data)) {
+		if len(c.queue) == 0 || (len(c.queue) < c.srv.cfg.QueueSize/share && c.queued+len(data) <= c.srv.cfg.QueueBytes/share) {
 			c.pushLocked(frame{data: data})
 			c.mu.Unlock()
 			return nil
@@ -174,8 +205,15 @@ func (c *conn) send(ctx context.Context, data []byte) error {
 		}
 		room := c.room
 		c.mu.Unlock()
+		if wait > 0 && timeout == nil {
+			t := time.NewTimer(wait)
+			defer t.Stop()
+			timeout = t.C
+		}
 		select {
 		case <-room:
+		case <-timeout:
+			return errNoRoom
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -250,7 +288,7 @@ func (c *conn) requestCloseLocked(code websocket.StatusCode, reason string, flus
 	c.closing = true
 	c.closeCode, c.closeReason, c.flush = code, reason, flush
 	if !flush {
-		c.queue, c.queued = nil, 0
+		c.dropQueueLocked()
 	}
 	if c.room != nil {
 		close(c.room)
@@ -286,16 +324,19 @@ func (c *conn) writeLoop() {
 			c.close(code, reason, abrupt)
 			return
 		}
-		batch := c.queue
+		batch, size := c.queue, int64(c.queued)
 		c.queue, c.queued = nil, 0
 		if c.room != nil {
 			close(c.room)
 			c.room = nil
 		}
 		c.mu.Unlock()
-		if err := c.writeBatch(batch); err != nil {
+		err := c.writeBatch(batch)
+		c.srv.cfg.Budget.Release(size) // held until written
+		if err != nil {
 			c.mu.Lock()
-			c.closing, c.queue, c.queued, c.writing, c.gone = true, nil, 0, false, true
+			c.dropQueueLocked()
+			c.closing, c.writing, c.gone = true, false, true
 			c.mu.Unlock()
 			c.ws.CloseNow()
 			return
@@ -361,21 +402,54 @@ func (c *conn) close(code websocket.StatusCode, reason string, abrupt bool) {
 	}
 }
 
-// finish ends the socket after its reader stopped: it closes the connection if nothing did,
-// stops the heartbeat and waits for the socket's goroutines.
-func (c *conn) finish() {
+// errTooBig ends a read whose message passed Config.ReadLimit.
+var errTooBig = errors.New("conversation: message over the read limit")
+
+// read returns the socket's next message whole; errTooBig, the rest of it unread, once it
+// passes Config.ReadLimit; errParked when a control frame was read meanwhile (idle.go).
+// The limit is the gateway's, not coder/websocket's (serve sets the library's off): the
+// library answers from the reader's goroutine with a close frame of its own, which could land
+// in a batch the writer had not flushed yet, or behind frames the kernel had not sent, when the
+// reader's close of the connection lost it.
+func (c *conn) read() (websocket.MessageType, []byte, error) {
+	typ, r, err := c.next()
+	if err != nil {
+		return typ, nil, err
+	}
+	limit := c.srv.cfg.ReadLimit
+	data, err := io.ReadAll(io.LimitReader(r, limit+1))
+	if err == nil && int64(len(data)) > limit {
+		return typ, nil, errTooBig
+	}
+	return typ, data, err
+}
+
+// finish ends the socket after its reader stopped with err: it closes the connection if
+// nothing did, stops the heartbeat and waits for the socket's goroutines. After a message over
+// the read limit (errTooBig) the writer closes the socket 1009 with the close handshake: the
+// close frame follows the batch it is writing, then the rest of the message is read and
+// dropped until the client's close frame (at most 5 s each, coder/websocket's Close). Closing
+// the connection at once, the message unread, would reset it, and a reset drops what the
+// kernel has not sent yet, the close frame with it: the client would see 1006.
+func (c *conn) finish(err error) {
+	tooBig := errors.Is(err, errTooBig)
 	c.mu.Lock()
+	if tooBig {
+		c.requestCloseLocked(websocket.StatusMessageTooBig, "message too big", false)
+	}
 	if !c.closing {
 		c.closing, c.abrupt = true, true
 	}
 	c.gone = true
-	c.queue, c.queued = nil, 0
+	c.dropQueueLocked()
 	if c.room != nil {
 		close(c.room)
 		c.room = nil
 	}
 	c.mu.Unlock()
 	c.hb.Remove()
-	c.ws.CloseNow()
+	if !tooBig {
+		c.ws.CloseNow()
+	}
 	c.wg.Wait()
 }

@@ -585,6 +585,38 @@ func TestAbortFromAnotherGateway(t *testing.T) {
 	}
 }
 
+// TestAbortOfALongRun: POST /api/runs/{runId}/abort of a run whose log holds megabytes answers
+// its outcome from what is stored after the request, and again once the run ended, from one
+// batch: the gateway that answers reads kilobytes of NATS, not the log.
+func TestAbortOfALongRun(t *testing.T) {
+	a := newEnv(t, envOptions{})
+	b := newEnv(t, envOptions{natsURL: a.store.ClientURL()})
+	owner := dial(t, a.url(), "")
+	const tokens, deltaBytes = 5000, 400
+	owner.send(runFrame("long", script{Tokens: tokens, DeltaBytes: deltaBytes, Block: true}))
+	owner.untilN(t, 3+tokens) // marker, RUN_STARTED, START and every delta: all stored
+	const logBytes = tokens * deltaBytes
+	const bound = 64 << 10 // the terminal and the close record, or one small batch, and NATS's chatter
+	read := func(runID string) (string, uint64) {
+		before := b.store.Conn().Stats().InBytes
+		status, body := b.abortHTTP(t, runID, "")
+		if status != http.StatusOK {
+			t.Fatalf("abort of %s = %d %s", runID, status, body)
+		}
+		return body, b.store.Conn().Stats().InBytes - before
+	}
+	for _, step := range []string{"running", "ended"} {
+		body, n := read("long")
+		t.Logf("abort of the %s run: %s, %d bytes read from NATS (log: over %d bytes)", step, body, n, logBytes)
+		if want := `{"runId":"long","outcome":"aborted"}`; body != want {
+			t.Errorf("abort of the %s run = %s, want %s", step, body, want)
+		}
+		if n > bound {
+			t.Errorf("abort of the %s run read %d bytes from NATS, want at most %d: the log holds over %d", step, n, bound, logBytes)
+		}
+	}
+}
+
 // abortHTTP posts an abort request for runID as principal and returns the status and body.
 func (e *env) abortHTTP(t testing.TB, runID, principal string) (int, string) {
 	t.Helper()

@@ -43,6 +43,8 @@
 //	4404 "unknown or expired run" no such run for the principal
 //	1011 "resume failed"          the log could not be read
 //	1012 "service restart"        Shutdown (every socket)
+//	1012 "run moved"              a turn of the socket lost its log's lease: another gateway
+//	                              took the run over (or reaped it); reconnect and resume
 //	1013 "slow consumer"          the outbound queue overflowed (conversation sockets)
 //	4401 "token expired"          the token's expiry passed (conversation sockets, Config.Tokens)
 //
@@ -96,6 +98,10 @@
 // threadId and no runId on an HTTP transport is a hydrate: the thread's messages, active run
 // and pending interrupts as JSON (an unknown or foreign thread is an empty one);
 // Server.ThreadsHandler lists and deletes a principal's threads.
+//
+// With a usage ledger (Config.Usage, package usage), every turn records its run's usage once
+// its terminal is stored, a turn whose principal used its token budget ends RUN_ERROR code
+// budget_exceeded before its agent is called, and Server.UsageHandler answers GET /api/usage.
 //
 // AGUI is the framing of AG-UI's own HTTP transport (@ag-ui/client's HttpAgent): SSE without
 // the run.accepted marker, so that a stream starts with RUN_STARTED, or with the bare

@@ -2,11 +2,7 @@ package conversation
 
 // HeldPrincipals returns how many principals hold a socket or an HTTP stream (entries of the
 // per-principal count).
-func (s *Server) HeldPrincipals() int {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	return len(s.held)
-}
+func (s *Server) HeldPrincipals() int { return s.sockets.Len() }
 
 // RunningTurns returns how many turns run or start; a turn leaves the count once it ended.
 func (s *Server) RunningTurns() int {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/usage"
 )
 
 // BenchmarkFirstEvent measures turns one after another on one socket, two in each thread
@@ -17,14 +19,29 @@ import (
 //
 //	go test -run '^$' -bench FirstEvent -benchtime 300x ./conversation/
 func BenchmarkFirstEvent(b *testing.B) {
-	e := newEnv(b, envOptions{runFrameRate: 1e6, runFrameBurst: 1e6})
+	firstEvent(b, envOptions{}, script{Tokens: 1})
+}
+
+// BenchmarkFirstEventLedger is BenchmarkFirstEvent with a usage ledger and a token budget:
+// every turn's start checks the budget, and every turn reports a usage that its end records
+// (in the background, on the same NATS).
+//
+//	go test -run '^$' -bench 'FirstEvent(Ledger)?$' -benchtime 300x ./conversation/
+func BenchmarkFirstEventLedger(b *testing.B) {
+	firstEvent(b, envOptions{usage: &usage.Config{Budget: 1 << 40}}, script{Tokens: 1, Usage: 10})
+}
+
+// firstEvent runs BenchmarkFirstEvent on a gateway of o, its turns' agent doing sc.
+func firstEvent(b *testing.B, o envOptions, sc script) {
+	o.runFrameRate, o.runFrameBurst = 1e6, 1e6
+	e := newEnv(b, o)
 	cl := dial(b, e.url(), "")
 	var lat [2][]time.Duration
 	for i := range b.N {
 		thread := fmt.Sprintf("first-%d-%d", b.N, i)
 		for turn := range 2 {
 			sent := time.Now()
-			cl.send(threadFrame(thread, fmt.Sprintf("%s-%d", thread, turn), script{Tokens: 1}, "u", "hello"))
+			cl.send(threadFrame(thread, fmt.Sprintf("%s-%d", thread, turn), sc, "u", "hello"))
 			f := cl.next(20 * time.Second)
 			lat[turn] = append(lat[turn], time.Since(sent))
 			if f.err != nil || f.Type != "CUSTOM" {
@@ -75,5 +92,96 @@ func BenchmarkFirstEventLongThread(b *testing.B) {
 		}
 		slices.Sort(l)
 		b.ReportMetric(float64(l[len(l)/2].Microseconds()), fmt.Sprintf("turn%d-p50-µs", from+1))
+	}
+}
+
+// BenchmarkLongThreadWhole runs 300 turns on one thread, each reply about 7 KB (100 deltas
+// of 70 bytes), each run frame carrying only its own user message, then hydrates the thread
+// page by page (limit=100, before=cursor): it fails unless all 600 messages come back, once
+// each, each user message with its id and text, each reply whole. It reports the first event's median
+// over turns 1 to 30 and 271 to 300, and their ratio. The thread passes 1 MiB at about turn
+// 140, where the store used to leave its oldest messages out.
+//
+//	go test -run '^$' -bench LongThreadWhole -benchtime 1x ./conversation/
+func BenchmarkLongThreadWhole(b *testing.B) {
+	const turns, deltas, deltaBytes = 300, 100, 70
+	for i := range b.N {
+		e := newEnv(b, envOptions{runFrameRate: 1e6, runFrameBurst: 1e6})
+		cl := dial(b, e.url(), "")
+		thread := fmt.Sprintf("whole-%d", i)
+		var lat []time.Duration
+		for k := range turns {
+			sent := time.Now()
+			cl.send(threadFrame(thread, fmt.Sprintf("r%d", k), script{Tokens: deltas, DeltaBytes: deltaBytes}, fmt.Sprintf("u%d", k), fmt.Sprintf("question %d", k)))
+			f := cl.next(20 * time.Second)
+			lat = append(lat, time.Since(sent))
+			if f.err != nil || f.Type != "CUSTOM" {
+				b.Fatalf("turn %d: first frame %s (%v), want run.accepted", k, f.raw, f.err)
+			}
+			cl.untilTerminal()
+		}
+		// Hydrate newest page first, as the client pages back.
+		var pages [][]string
+		var msgs int
+		before := ""
+		for {
+			kv := []string{"threadId", thread, "limit", "100"}
+			if before != "" {
+				kv = append(kv, "before", before)
+			}
+			h := e.hydrate(b, "/api/chat", "", kv...)
+			var page []string
+			for _, m := range h.Messages {
+				var text strings.Builder
+				for _, p := range m.Parts {
+					text.WriteString(p.Content)
+				}
+				page = append(page, m.ID+" "+m.Role+": "+text.String())
+			}
+			msgs += len(page)
+			pages = append([][]string{page}, pages...)
+			if h.Page == nil || !h.Page.Truncated {
+				break
+			}
+			before = h.Page.Cursor
+		}
+		var all []string
+		for _, p := range pages {
+			all = append(all, p...)
+		}
+		if len(all) != 2*turns {
+			b.Fatalf("paged hydrate returned %d messages, want %d", len(all), 2*turns)
+		}
+		// Each message by its id: a reply may follow the next turn's user message, whose
+		// acceptance can land before the previous run's finish.
+		byID := map[string]string{}
+		for _, m := range all {
+			id, _, _ := strings.Cut(m, " ")
+			if _, dup := byID[id]; dup {
+				b.Fatalf("message %s twice in the paged hydrate", id)
+			}
+			byID[id] = m
+		}
+		for k := range turns {
+			var reply strings.Builder
+			for d := 1; d <= deltas; d++ {
+				s := fmt.Sprintf("t%d ", d)
+				reply.WriteString(s + strings.Repeat("x", deltaBytes-len(s)))
+			}
+			wantUser := fmt.Sprintf("u%d user: question %d", k, k)
+			wantReply := fmt.Sprintf("m-r%d-1 assistant: %s", k, reply.String())
+			if u, r := byID[fmt.Sprintf("u%d", k)], byID[fmt.Sprintf("m-r%d-1", k)]; u != wantUser || r != wantReply {
+				b.Fatalf("turn %d: messages %.60q, %.60q, want %.60q, %.60q", k, u, r, wantUser, wantReply)
+			}
+		}
+		med := func(l []time.Duration) time.Duration {
+			l = slices.Clone(l)
+			slices.Sort(l)
+			return l[len(l)/2]
+		}
+		first, last := med(lat[:turns/10]), med(lat[turns-turns/10:])
+		b.ReportMetric(float64(first.Microseconds()), "first-tenth-p50-µs")
+		b.ReportMetric(float64(last.Microseconds()), "last-tenth-p50-µs")
+		b.ReportMetric(float64(last)/float64(first), "last/first")
 	}
 }

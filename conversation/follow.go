@@ -2,6 +2,7 @@ package conversation
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strconv"
 	"sync"
@@ -133,14 +134,21 @@ func (c *conn) catchUp(runID, after string) {
 }
 
 // runSender returns the replay's send function of a run delivered from its log: envelopes
-// naming the run, queued as a turn's events are (1013 when the queue overflows).
+// naming the run, each waiting for room in half the socket's queue (sendWithin), so that a
+// replay faster than the socket never takes the room of its own turns' live frames. A socket
+// that takes nothing for half the write timeout is closed 1013 "slow consumer", as a live
+// frame's overflow closes it (and before the writer's own timeout would, without a code).
 func (c *conn) runSender(runID string) func(ctx context.Context, offset string, event []byte) error {
 	return func(ctx context.Context, offset string, event []byte) error {
 		frame := protocol.AppendRunEnvelope(make([]byte, 0, len(event)+len(offset)+len(runID)+32), offset, event, runID)
-		if !c.deliverFrame(frame, time.Time{}) {
+		err := c.sendWithin(ctx, frame, 2, c.srv.cfg.WriteTimeout/2)
+		if errors.Is(err, errNoRoom) {
+			c.srv.cfg.Metrics.FrameDropped(metrics.DropSlowConsumer)
+			c.logAttrs(slog.LevelInfo, "slow consumer: no room for a replay")
+			c.requestClose(StatusSlowConsumer, "slow consumer", false)
 			return errSocketClosed
 		}
-		return nil
+		return err
 	}
 }
 

@@ -1,14 +1,18 @@
 package conversation_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/coder/websocket"
 
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/protocol"
@@ -310,31 +314,43 @@ func TestAbortElsewhereReachesOwner(t *testing.T) {
 	}
 }
 
-// TestSlowFollower: a follower that does not read while a followed run produces is closed
-// 1013 like any socket; it resumes the run by the last offset it received and has the whole
-// run once.
+// TestSlowFollower: a follower that does not read while a followed run produces more than
+// the connection's buffers hold loses nothing of it: the replay waits for it, and a socket
+// the gateway closed meanwhile (1013 "slow consumer", or without a close frame when a write
+// timed out) resumes the run by the last offset it received; it has the whole run once.
 func TestSlowFollower(t *testing.T) {
-	e := newEnv(t, envOptions{queueSize: 4})
-	f := dial(t, e.url(), "")
+	e := newEnv(t, envOptions{queueSize: 4, writeTimeout: time.Second})
+	f := dialSmallBuffer(t, e.url())
 	f.send(followFrame("follow", "T"))
 	handled(t, f)
 	starter := dial(t, e.url(), "")
-	starter.send(threadRunFrame("T", "slow-follow", script{Tokens: 300, DeltaBytes: 16 << 10}))
+	starter.send(threadRunFrame("T", "slow-follow", script{Tokens: 300, DeltaBytes: 32 << 10}))
 	e.waitClosed(t, "slow-follow")
-	got, end := f.untilClose()
-	if end.code != conversation.StatusSlowConsumer || end.reason != "slow consumer" || len(got) == 0 {
-		t.Fatalf("follower closed %v after %d frames, want 1013 slow consumer after some", end.err, len(got))
-	}
-	for _, fr := range got {
+	var got []frame
+	for {
+		fr := f.next(20 * time.Second)
+		if fr.err != nil {
+			if fr.code != conversation.StatusSlowConsumer && fr.code != -1 {
+				t.Fatalf("follower closed %v after %d frames, want 1013 slow consumer or the connection closed", fr.err, len(got))
+			}
+			if len(got) == 0 {
+				t.Fatal("follower closed before any frame")
+			}
+			rest, _ := e.resume(t, "slow-follow", got[len(got)-1].Offset)
+			got = append(got, rest...)
+			break
+		}
 		if runOf(fr) != "slow-follow" {
 			t.Fatalf("frame %s, want an envelope of slow-follow", fr.raw)
 		}
+		got = append(got, fr)
+		if fr.Type.Terminal() {
+			break
+		}
 	}
-	rest, _ := e.resume(t, "slow-follow", got[len(got)-1].Offset)
-	all := append(got, rest...)
-	distinctOffsets(t, all)
-	if s := summary(all); s != tokenTurn(300) {
-		t.Errorf("followed + resumed = %d events, want the whole run (305)", len(all))
+	distinctOffsets(t, got)
+	if s := summary(got); s != tokenTurn(300) {
+		t.Errorf("followed (and resumed) = %d events, want the whole run (305)", len(got))
 	}
 }
 
@@ -402,4 +418,58 @@ func TestThreadRuns(t *testing.T) {
 	if resp.StatusCode != http.StatusForbidden {
 		t.Errorf("another principal's runId: %d, want 403", resp.StatusCode)
 	}
+}
+
+// TestFollowReplayKeepsOwnTurns: a socket that reads, and follows a thread whose run
+// produces faster than the socket writes, receives the whole followed run and its own turn
+// meanwhile: the follow's replay waits for room in the socket's queue instead of closing the
+// socket 1013, which would end the live delivery of the socket's own turns.
+func TestFollowReplayKeepsOwnTurns(t *testing.T) {
+	e := newEnv(t, envOptions{queueSize: 4})
+	cl := dial(t, e.url(), "")
+	cl.send(followFrame("follow", "T"))
+	handled(t, cl)
+	cl.send(runFrame("own", script{Tokens: 20, IntervalMs: 50}))
+	starter := dial(t, e.url(), "")
+	starter.send(threadRunFrame("T", "big", script{Tokens: 300, DeltaBytes: 16 << 10}))
+	var own, big []frame
+	for ended := 0; ended < 2; {
+		f := cl.next(30 * time.Second)
+		if f.err != nil {
+			t.Fatalf("socket ended after %d frames of its own turn and %d of the followed run: %v", len(own), len(big), f.err)
+		}
+		switch runOf(f) {
+		case "big":
+			big = append(big, f)
+		case "":
+			own = append(own, f)
+		default:
+			t.Fatalf("frame %s: want its own turn's or the followed run's", f.raw)
+		}
+		if f.Type.Terminal() {
+			ended++
+		}
+	}
+	if s := summary(own); s != tokenTurn(20) {
+		t.Errorf("own turn: %s, want %s", s, tokenTurn(20))
+	}
+	if s := summary(big); s != tokenTurn(300) {
+		t.Errorf("followed run: %d frames, want the whole run", len(big))
+	}
+}
+
+// dialSmallBuffer opens a socket whose connection receives into a 64 KiB kernel buffer (no
+// autotuning), so that a client that does not read stalls the gateway's writes soon.
+func dialSmallBuffer(t testing.TB, u string) *client {
+	t.Helper()
+	var d net.Dialer
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c, err := d.DialContext(ctx, network, addr)
+		if err == nil {
+			err = c.(*net.TCPConn).SetReadBuffer(64 << 10)
+		}
+		return c, err
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	return dialWith(t, u, &websocket.DialOptions{HTTPClient: &http.Client{Transport: tr}})
 }

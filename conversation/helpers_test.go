@@ -1,6 +1,8 @@
 package conversation_test
 
 import (
+	"go.opentelemetry.io/otel/trace"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -18,11 +20,14 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"go.uber.org/goleak"
 
+	"github.com/wsgateway/wsgateway/budget"
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/heartbeat"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
+	"github.com/wsgateway/wsgateway/turn"
+	"github.com/wsgateway/wsgateway/usage"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -37,6 +42,7 @@ type script struct {
 	NoTerminal bool   `json:"noTerminal"` // end without RUN_FINISHED
 	Block      bool   `json:"block"`      // after the deltas, wait for the context
 	DeltaBytes int    `json:"deltaBytes"` // pad each delta to this size
+	Usage      int    `json:"usage"`      // RUN_FINISHED reports 1 input and this many output tokens (model "m-test")
 }
 
 // testAgent is the agent of these tests: deterministic, driven by the run frame.
@@ -103,7 +109,11 @@ func (testAgent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(
 		if sc.NoTerminal && run == sc.Runs {
 			return nil
 		}
-		if err := ev(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q}`, in.ThreadID, in.RunID); err != nil {
+		var used string
+		if sc.Usage > 0 {
+			used = fmt.Sprintf(`,"usage":[{"model":"m-test","inputTokens":1,"outputTokens":%d,"totalTokens":%d}]`, sc.Usage, sc.Usage+1)
+		}
+		if err := ev(`{"type":"RUN_FINISHED","threadId":%q,"runId":%q%s}`, in.ThreadID, in.RunID, used); err != nil {
 			return err
 		}
 	}
@@ -127,10 +137,11 @@ func abortFrame(runID string) []byte {
 
 // env is one gateway: a Store on NATS, a Server, an HTTP server.
 type env struct {
-	store *jetstream.Store
-	srv   *conversation.Server
-	http  *httptest.Server
-	reg   *prometheus.Registry
+	store  *jetstream.Store
+	srv    *conversation.Server
+	http   *httptest.Server
+	reg    *prometheus.Registry
+	ledger *usage.Ledger // envOptions.usage; nil: none
 }
 
 type envOptions struct {
@@ -138,6 +149,7 @@ type envOptions struct {
 	abortOnDisconnect bool
 	heartbeat         heartbeat.Config
 	queueSize         int
+	writeTimeout      time.Duration // Config.WriteTimeout; 0: the default
 	serverTimeout     time.Duration // http.Server ReadTimeout and WriteTimeout; 0: none
 	// Per-socket and per-principal limits (0: the defaults).
 	maxTurns      int
@@ -145,6 +157,13 @@ type envOptions struct {
 	runFrameRate  float64
 	runFrameBurst int
 	maxFollows    int
+	// The per-principal bounds of turns and hydrates. 0: so high that they hold nothing back
+	// (every test's requests are of one principal), but for the tests of these bounds.
+	principalTurns    int
+	turnStartRate     float64
+	turnStartBurst    int
+	principalHydrates int
+	principalLimits   map[string]conversation.PrincipalLimits
 	// wrap, if set, wraps the Store the Server uses; wrapThreads its Threads.
 	wrap        func(conversation.Store) conversation.Store
 	wrapThreads func(conversation.Threads) conversation.Threads
@@ -152,6 +171,22 @@ type envOptions struct {
 	tokens conversation.Tokens
 	// retention of run logs (0: the store's default).
 	retention time.Duration
+	// tracer, if set, traces turns and replays (Config.TracerProvider).
+	tracer trace.TracerProvider
+	// leaseTTL of the store's leases (0: the store's default).
+	leaseTTL time.Duration
+	// replay takes over the runs of dead gateways (Config.Replay); agent, if set, replaces
+	// testAgent.
+	replay bool
+	agent  turn.Agent
+	// budget is the Server's memory budget (nil: none).
+	budget *budget.Budget
+	// usage, if set, opens a usage ledger on the store with this Config (Config.Usage).
+	usage *usage.Config
+	// historyClient and historyBytes are the Server's Config.AgentHistoryClient and
+	// AgentHistoryBytes.
+	historyClient bool
+	historyBytes  int
 }
 
 // newEnv starts a gateway. Without a NATS URL it starts an embedded NATS server with
@@ -162,7 +197,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := jetstream.Config{URLs: o.natsURL, JoinWait: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		Retention: o.retention}
+		Retention: o.retention, LeaseTTL: o.leaseTTL}
 	if o.retention != 0 {
 		cfg.DedupWindow = o.retention / 2
 	}
@@ -177,6 +212,23 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.heartbeat.Interval == 0 {
 		o.heartbeat.Interval = time.Hour // tests that count frames see no pings
 	}
+	const unbounded = 1 << 20
+	for _, v := range []*int{&o.principalTurns, &o.turnStartBurst, &o.principalHydrates} {
+		if *v == 0 {
+			*v = unbounded
+		}
+	}
+	if o.turnStartRate == 0 {
+		o.turnStartRate = unbounded
+	}
+	var ledger *usage.Ledger
+	if o.usage != nil {
+		uc := *o.usage
+		uc.JetStream = store.JetStream()
+		if ledger, err = usage.New(ctx, uc); err != nil {
+			t.Fatalf("usage.New() = %v", err)
+		}
+	}
 	var cs conversation.Store = store
 	if o.wrap != nil {
 		cs = o.wrap(cs)
@@ -185,18 +237,32 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.wrapThreads != nil {
 		threads = o.wrapThreads(threads)
 	}
+	var ag turn.Agent = testAgent{}
+	if o.agent != nil {
+		ag = o.agent
+	}
 	srv, err := conversation.New(conversation.Config{
-		Store:                  cs,
-		Threads:                threads,
-		Agent:                  testAgent{},
-		Heartbeat:              o.heartbeat,
-		QueueSize:              o.queueSize,
-		AbortOnDisconnect:      o.abortOnDisconnect,
-		MaxTurnsPerSocket:      o.maxTurns,
-		MaxSocketsPerPrincipal: o.maxSockets,
-		RunFrameRate:           o.runFrameRate,
-		RunFrameBurst:          o.runFrameBurst,
-		MaxFollowsPerSocket:    o.maxFollows,
+		Store:                   cs,
+		Threads:                 threads,
+		Agent:                   ag,
+		Replay:                  o.replay,
+		AgentHistoryClient:      o.historyClient,
+		AgentHistoryBytes:       o.historyBytes,
+		TracerProvider:          o.tracer,
+		Heartbeat:               o.heartbeat,
+		QueueSize:               o.queueSize,
+		AbortOnDisconnect:       o.abortOnDisconnect,
+		MaxTurnsPerSocket:       o.maxTurns,
+		MaxSocketsPerPrincipal:  o.maxSockets,
+		RunFrameRate:            o.runFrameRate,
+		RunFrameBurst:           o.runFrameBurst,
+		MaxFollowsPerSocket:     o.maxFollows,
+		MaxTurnsPerPrincipal:    o.principalTurns,
+		TurnStartRate:           o.turnStartRate,
+		TurnStartBurst:          o.turnStartBurst,
+		MaxHydratesPerPrincipal: o.principalHydrates,
+		PrincipalLimits:         o.principalLimits,
+		WriteTimeout:            o.writeTimeout,
 		Principal: func(r *http.Request) (string, error) {
 			if p := r.Header.Get("X-Principal"); p != "" {
 				return p, nil
@@ -204,6 +270,8 @@ func newEnv(t testing.TB, o envOptions) *env {
 			return "p1", nil
 		},
 		Tokens:  o.tokens,
+		Budget:  o.budget,
+		Usage:   ledger,
 		Metrics: metrics.New(reg),
 		Logger:  slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn})),
 	})
@@ -219,15 +287,17 @@ func newEnv(t testing.TB, o envOptions) *env {
 	mux.Handle("POST /api/threads/{threadId}/runs", srv.ThreadRunsHandler("/api/chat"))
 	mux.Handle("GET /api/threads", srv.ThreadsHandler())
 	mux.Handle("DELETE /api/threads/{threadId}", srv.ThreadsHandler())
+	mux.Handle("GET /api/usage", srv.UsageHandler())
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Config.ReadTimeout, hs.Config.WriteTimeout = o.serverTimeout, o.serverTimeout
 	hs.Start()
-	e := &env{store: store, srv: srv, http: hs, reg: reg}
+	e := &env{store: store, srv: srv, http: hs, reg: reg, ledger: ledger}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 		hs.Close()
+		ledger.Close(ctx)
 		store.Close()
 	})
 	return e

@@ -7,13 +7,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"net/url"
-	"path"
-	"strings"
 	"sync"
 	"time"
 
 	"github.com/wsgateway/wsgateway/heartbeat"
+	"github.com/wsgateway/wsgateway/internal/origin"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/turn"
@@ -170,39 +168,21 @@ func (h httpHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	h.live(st, r, principal, f.Input)
 }
 
-// originAllowed applies the socket's origin rule to a browser's request (one with an Origin
-// header): the request's own host, or a match of Config.OriginPatterns (path.Match on the
-// origin's host, or on scheme://host for a pattern with a scheme). It repeats
-// coder/websocket's rule because the library checks origins only inside Accept, for
-// upgrade requests, and does not export the check.
+// originAllowed applies the gateway's origin rule (origin.Allowed) to a browser's request,
+// with Config.OriginPatterns.
 func (s *Server) originAllowed(r *http.Request) bool {
-	origin := r.Header.Get("Origin")
-	if origin == "" {
-		return true
-	}
-	u, err := url.Parse(origin)
-	if err != nil || u.Host == "" {
-		return false
-	}
-	if strings.EqualFold(u.Host, r.Host) {
-		return true
-	}
-	for _, p := range s.cfg.OriginPatterns {
-		target := u.Host
-		if strings.Contains(p, "://") {
-			target = u.Scheme + "://" + u.Host
-		}
-		if ok, _ := path.Match(strings.ToLower(p), strings.ToLower(target)); ok {
-			return true
-		}
-	}
-	return false
+	return origin.Allowed(r, s.cfg.OriginPatterns)
 }
 
 // live starts the turn of in, streams it live and, if live delivery overflowed, from the log.
 func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in *protocol.RunAgentInput) {
 	srv := h.srv
 	s, prev, err := srv.turns.add(runKey{principal, in.RunID}, srv.cfg.Store.ThreadKey(principal, in.ThreadID), nil, 0, 0)
+	var refused *limitError
+	if errors.As(err, &refused) {
+		srv.refuseStart(st.w, refused, false) // the stream was not opened: nothing was written
+		return
+	}
 	if err != nil {
 		st.endWith(metrics.ResumeInterrupted) // shutting down: 503, the client retries elsewhere
 		st.writeLoop(r.Context())
@@ -292,7 +272,7 @@ func (h httpHandler) replay(w http.ResponseWriter, r *http.Request, principal, r
 	}
 	st := h.newStream(w, r, log)
 	defer st.close()
-	ctx, cancel := context.WithCancel(r.Context())
+	ctx, cancel := context.WithCancel(h.srv.withRemoteParent(r.Context(), r.Header))
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
@@ -358,6 +338,10 @@ func (h httpHandler) newStream(w http.ResponseWriter, r *http.Request, log *slog
 
 // close releases the stream once its writer returned.
 func (st *httpStream) close() {
+	st.mu.Lock()
+	st.srv.cfg.Budget.Release(int64(st.queued))
+	st.queue, st.queued, st.dead = nil, 0, true
+	st.mu.Unlock()
 	st.hb.Remove()
 	st.srv.mu.Lock()
 	delete(st.srv.streams, st)
@@ -485,10 +469,14 @@ func (st *httpStream) pushBare(event []byte) {
 	st.mu.Unlock()
 }
 
-// send queues a replayed event, waiting for room (the log is the buffer).
+// send queues a replayed event, waiting for room, and for room in the gateway's memory
+// budget (the log is the buffer).
 func (st *httpStream) send(ctx context.Context, offset string, event []byte) error {
 	if st.skips(event) {
 		return nil
+	}
+	if err := st.srv.cfg.Budget.Wait(ctx, nil, st.srv.cfg.Budget.Room); err != nil {
+		return err
 	}
 	b := st.format(offset, event)
 	for {
@@ -519,12 +507,14 @@ func (st *httpStream) roomLocked(n int) bool {
 	if len(st.queue) == 0 {
 		return true
 	}
-	return len(st.queue) < st.srv.cfg.QueueSize && st.queued+n <= st.srv.cfg.QueueBytes
+	return len(st.queue) < st.srv.cfg.QueueSize && st.queued+n <= st.srv.cfg.QueueBytes && !st.srv.cfg.Budget.Full()
 }
 
+// pushLocked queues f, charged to the memory budget until it is written or dropped.
 func (st *httpStream) pushLocked(f frame) {
 	st.queue = append(st.queue, f)
 	st.queued += len(f.data)
+	st.srv.cfg.Budget.Take(int64(len(f.data)))
 	st.opened = true
 	select {
 	case st.wake <- struct{}{}:
@@ -568,7 +558,7 @@ var errStreamEnded = errors.New("conversation: HTTP stream ended")
 func (st *httpStream) writeLoop(ctx context.Context) error {
 	for {
 		st.mu.Lock()
-		batch := st.queue
+		batch, size := st.queue, int64(st.queued)
 		st.queue, st.queued = nil, 0
 		if st.room != nil {
 			close(st.room)
@@ -588,7 +578,9 @@ func (st *httpStream) writeLoop(ctx context.Context) error {
 			st.writeHeader()
 		}
 		if len(batch) > 0 || (!header && opened) {
-			if err := st.write(batch); err != nil {
+			err := st.write(batch)
+			st.srv.cfg.Budget.Release(size) // held until written
+			if err != nil {
 				st.mu.Lock()
 				st.dead = true
 				st.mu.Unlock()

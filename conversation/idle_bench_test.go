@@ -1,6 +1,10 @@
 package conversation_test
 
 import (
+	"context"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
 	"bufio"
 	"bytes"
 	"fmt"
@@ -118,11 +122,28 @@ func memInUse() memUse {
 }
 
 // BenchmarkTurnDelivery measures one turn streaming b.N content events as fast as the agent
-// can emit them, through the pipeline, the JetStream log and the socket, to a reading client.
+// can emit them, through the pipeline, the JetStream log and the socket, to a reading client:
+// with tracing off (no tracer provider, the default), and on (the OpenTelemetry SDK, its
+// spans batched to an exporter that discards them), side by side.
 //
 //	go test -run '^$' -bench TurnDelivery -benchtime 20000x ./conversation/
 func BenchmarkTurnDelivery(b *testing.B) {
-	e := newEnv(b, envOptions{})
+	b.Run("tracing=off", func(b *testing.B) { benchmarkTurnDelivery(b, nil) })
+	b.Run("tracing=on", func(b *testing.B) {
+		tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(discardExporter{}))
+		defer tp.Shutdown(context.Background())
+		benchmarkTurnDelivery(b, tp)
+	})
+}
+
+// discardExporter exports spans nowhere.
+type discardExporter struct{}
+
+func (discardExporter) ExportSpans(context.Context, []sdktrace.ReadOnlySpan) error { return nil }
+func (discardExporter) Shutdown(context.Context) error                             { return nil }
+
+func benchmarkTurnDelivery(b *testing.B, tp trace.TracerProvider) {
+	e := newEnv(b, envOptions{tracer: tp})
 	cl := dial(b, e.url(), "")
 	b.ResetTimer()
 	cl.send(runFrame("bench", script{Tokens: b.N}))

@@ -28,24 +28,46 @@ import (
 // rawClient is a WebSocket client on a bare TCP connection, so that tests choose how frames
 // are split across writes.
 type rawClient struct {
-	t  testing.TB
-	c  net.Conn
-	br *bufio.Reader
+	t    testing.TB
+	c    net.Conn
+	br   *bufio.Reader
+	sent int // bytes of a message written with the handshake
 }
 
 // dialRaw opens a conversation socket; extra is written with the handshake request, in the
 // same write.
 func dialRaw(t testing.TB, e *env, extra []byte) *rawClient {
 	t.Helper()
+	return dialRawQuery(t, e, "", extra, 0)
+}
+
+// dialRawQuery opens a socket at /ws with the query (a resume socket's runId and offset, or
+// ""); extra is written with the handshake request, in the same write. rcvbuf, if not 0, is
+// the connection's receive buffer (SO_RCVBUF), which caps what the server sends ahead of the
+// client's reads.
+func dialRawQuery(t testing.TB, e *env, query string, extra []byte, rcvbuf int) *rawClient {
+	t.Helper()
+	path := "/ws"
+	if query != "" {
+		path += "?" + query
+	}
 	addr := strings.TrimPrefix(e.http.URL, "http://")
-	c, err := net.Dial("tcp", addr)
+	var d net.Dialer
+	if rcvbuf != 0 {
+		d.Control = func(_, _ string, rc syscall.RawConn) error {
+			var err error
+			rc.Control(func(fd uintptr) { err = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, rcvbuf) })
+			return err
+		}
+	}
+	c, err := d.Dial("tcp", addr)
 	if err != nil {
 		t.Fatalf("Dial() = %v", err)
 	}
 	t.Cleanup(func() { c.Close() })
 	c.SetDeadline(time.Now().Add(30 * time.Second))
-	req := fmt.Sprintf("GET /ws HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
-		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", addr)
+	req := fmt.Sprintf("GET %s HTTP/1.1\r\nHost: %s\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"+
+		"Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n", path, addr)
 	if _, err := c.Write(append([]byte(req), extra...)); err != nil {
 		t.Fatalf("handshake: %v", err)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/coder/websocket"
 
+	"github.com/wsgateway/wsgateway/budget"
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -215,4 +216,42 @@ func TestMaxSocketsPerPrincipal(t *testing.T) {
 	}
 	expectNoLog(t, e, "x")
 	expectAborted(t, e, "held")
+}
+
+// TestMemoryBudgetRefuses: while the gateway's memory budget is past three quarters (what
+// other sockets' queues hold, here charged by the test), a new turn is refused with a bare
+// RUN_ERROR limit_exceeded naming memory-budget before its log is created, a hydrate and a
+// server-started run with 503; the turn already running is not failed by it. Once the memory
+// is given back, the refused turn starts.
+func TestMemoryBudgetRefuses(t *testing.T) {
+	b := budget.New(1 << 20)
+	e := newEnv(t, envOptions{budget: b})
+	cl := dial(t, e.url(), "")
+	cl.send(runFrame("a", script{Tokens: 1, Block: true}))
+	cl.untilN(t, 4) // marker, RUN_STARTED, START, delta
+	const held = 800 << 10
+	b.Take(held)
+	cl.send(runFrame("b", script{Tokens: 1}))
+	expectLimit(t, cl.next(10*time.Second), "memory-budget")
+	if n := e.metric(t, "wsgateway_conversation_limit_refusals_total", "memory_budget"); n != 1 {
+		t.Errorf("limit refusals {memory_budget} = %v, want 1", n)
+	}
+	resp := e.httpDo(t, http.MethodGet, "/api/chat", nil, http.Header{"Accept": {"application/json"}}, "threadId", "thread-1")
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "memory-budget") {
+		t.Errorf("hydrate near the budget = %d %s, want 503 naming memory-budget", resp.StatusCode, body)
+	}
+	resp = e.httpDo(t, http.MethodPost, "/api/threads/thread-2/runs", []byte(`{"messages":[]}`), http.Header{"Content-Type": {"application/json"}})
+	body, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "memory-budget") {
+		t.Errorf("server-started run near the budget = %d %s, want 503 naming memory-budget", resp.StatusCode, body)
+	}
+	expectNoLog(t, e, "b")
+	cl.send(abortFrame("a")) // the running turn ended by its client, not by the budget
+	b.Release(held)          // replays, such as expectAborted's, wait while it is held
+	expectAborted(t, e, "a")
+	cl.send(runFrame("b", script{Tokens: 1}))
+	if got := summary(cl.untilTerminal()); got != tokenTurn(1) {
+		t.Errorf("b once the memory is given back = %s, want %s", got, tokenTurn(1))
+	}
 }

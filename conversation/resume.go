@@ -17,7 +17,11 @@ import (
 // serveResume replays runID's log after offset until the log closes, reading inbound frames
 // meanwhile: abort frames are handled as on a conversation socket, others ignored.
 func (c *conn) serveResume(runID, offset string) {
-	ctx, cancel := context.WithCancel(context.Background())
+	parent := c.turnCtx // the handshake's trace context, if any
+	if parent == nil {
+		parent = context.Background()
+	}
+	ctx, cancel := context.WithCancel(parent)
 	result := make(chan metrics.ResumeResult, 1)
 	if reason := checkResume(runID, offset); reason != "" {
 		c.logAttrs(slog.LevelDebug, "resume refused", slog.String(keyReason, reason))
@@ -34,26 +38,25 @@ func (c *conn) serveResume(runID, offset string) {
 			result <- r
 		}()
 	}
+	var end error
 	for {
-		typ, rd, err := c.next()
-		var data []byte
-		if err == nil {
-			data, err = io.ReadAll(rd)
-		}
+		typ, data, err := c.read()
 		if err != nil && !errors.Is(err, errParked) {
 			c.logEnd(err)
+			end = err
 			break
 		}
 		// An abort frame stops the principal's run wherever it runs, as on a conversation
-		// socket: after a drop, the client's only socket may be this one.
+		// socket: after a drop, the client's only socket may be this one. As there, an abort
+		// read after the token's expiry stops nothing: it closes the socket 4401.
 		if err == nil && typ == websocket.MessageText {
-			if f, err := protocol.DecodeClientFrame(data); err == nil && f.Kind == protocol.FrameAbort {
+			if f, err := protocol.DecodeClientFrame(data); err == nil && f.Kind == protocol.FrameAbort && !c.tokenExpired() {
 				c.abort(f.RunID)
 			}
 		}
 	}
 	cancel()
-	c.finish()
+	c.finish(end)
 	c.srv.cfg.Metrics.Resume(metrics.TransportWebSocket, <-result)
 }
 
@@ -144,9 +147,14 @@ func appendFrame(arena *[]byte, off string, ev []byte) []byte {
 // (replayAttempts), then end it as ResumeFailed; a bad offset is ResumeBadRequest, an
 // unknown run (or another principal's) ResumeUnknownRun.
 func (srv *Server) replay(ctx context.Context, principal, runID, offset string, log *slog.Logger,
-	opened func(), send func(ctx context.Context, offset string, event []byte) error) metrics.ResumeResult {
+	opened func(), send func(ctx context.Context, offset string, event []byte) error) (res metrics.ResumeResult) {
 	after := offset
 	var err error
+	rt := srv.newReplayTrace(ctx, principal, runID, offset)
+	if rt != nil {
+		defer func() { rt.end(res) }()
+		send = rt.counting(send)
+	}
 	for attempt := 0; attempt < replayAttempts; attempt++ {
 		if attempt > 0 {
 			select {
@@ -169,6 +177,7 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 			log.Info("resume: opening the log", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 			continue
 		}
+		rt.opened(r)
 		if after == offset {
 			// A "now" resolved: a reader failing before it sent anything is reopened
 			// where this one started, not at a later tail.

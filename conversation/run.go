@@ -2,12 +2,12 @@ package conversation
 
 import (
 	"errors"
-	"io"
 	"log/slog"
 	"time"
 
 	"github.com/coder/websocket"
 
+	"github.com/wsgateway/wsgateway/internal/quota"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -18,11 +18,7 @@ import (
 // with a stack that has not grown, and returns.
 func (c *conn) serveConversation() {
 	for {
-		typ, r, err := c.next()
-		var data []byte
-		if err == nil {
-			data, err = io.ReadAll(r)
-		}
+		typ, data, err := c.read()
 		switch {
 		case errors.Is(err, errParked): // a control frame was read
 		case err != nil:
@@ -31,7 +27,7 @@ func (c *conn) serveConversation() {
 				c.srv.turns.abortOwned(c)
 			}
 			c.unfollowAll()
-			c.finish()
+			c.finish(err)
 			c.srv.ended(c)
 			return
 		case typ != websocket.MessageText:
@@ -80,7 +76,7 @@ func (c *conn) handle(data []byte) {
 	case f.Kind == protocol.FrameUnfollow:
 		c.unfollow(f.ThreadID)
 	case f.Kind == protocol.FrameRun:
-		if !c.runFrames.take(monotonic(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
+		if !c.runFrames.Take(quota.Now(), c.srv.cfg.RunFrameRate, c.srv.cfg.RunFrameBurst) {
 			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
 			c.srv.cfg.Metrics.LimitRefused(metrics.LimitRunFrameRate)
 			c.Deliver("", protocol.AppendRunError(nil, MsgRunFrameRate, CodeLimitExceeded), time.Time{})
@@ -94,7 +90,7 @@ func (c *conn) handle(data []byte) {
 // another one sharing the store, which the request reaches; the socket also remembers the
 // abort until its run frame arrives.
 func (c *conn) abort(runID string) {
-	if c.srv.turns.abort(runKey{c.principal, runID}, c, c.origin(), c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL) {
+	if c.srv.turns.abort(runKey{c.principal, runID}, c, c.origin(), c.srv.cfg.EarlyAborts, c.srv.cfg.EarlyAbortTTL) != nil {
 		return
 	}
 	if err := c.srv.cfg.Store.RequestAbort(c.principal, runID, c.origin()); err != nil {
@@ -107,14 +103,15 @@ func (c *conn) abort(runID string) {
 func (c *conn) run(in *protocol.RunAgentInput) {
 	thread := c.srv.cfg.Store.ThreadKey(c.principal, in.ThreadID)
 	s, prev, err := c.srv.turns.add(runKey{c.principal, in.RunID}, thread, c, c.srv.cfg.MaxTurnsPerSocket, c.srv.cfg.EarlyAbortTTL)
+	var refused *limitError
 	switch {
-	case errors.Is(err, errClosing):
-		return // the socket is closing 1012
-	case err != nil:
-		c.logAttrs(slog.LevelDebug, "run frame refused: max-socket-turns", slog.String(keyRunID, in.RunID))
-		c.srv.cfg.Metrics.LimitRefused(metrics.LimitSocketTurns)
-		c.Deliver("", protocol.AppendRunError(nil, MsgTooManyTurns, CodeLimitExceeded), time.Time{})
+	case errors.As(err, &refused):
+		c.logAttrs(slog.LevelDebug, "run frame refused: "+string(refused.limit), slog.String(keyRunID, in.RunID))
+		c.srv.cfg.Metrics.LimitRefused(refused.limit)
+		c.Deliver("", protocol.AppendRunError(nil, refused.msg, CodeLimitExceeded), time.Time{})
 		return
+	case err != nil:
+		return // the socket is closing 1012
 	}
 	c.hb.TurnStarted()
 	s.live = &ownSink{c: c}
@@ -127,34 +124,4 @@ func (c *conn) start(req turnRequest) {
 	if _, failure := c.srv.startTurn(req); failure != nil {
 		c.Deliver("", failure, time.Time{})
 	}
-}
-
-// tokenBucket limits a rate of events: tokens fill at a rate per second up to a burst, and
-// each event takes one. The zero value is a full bucket. It has no timer: take refills it
-// from the time elapsed since the previous call. 16 bytes.
-type tokenBucket struct {
-	tokens float64       // tokens missing from a full bucket, as of at
-	at     time.Duration // monotonic() of the previous take; zero: never
-}
-
-// monoStart is the origin of monotonic.
-var monoStart = time.Now()
-
-// monotonic returns the time on the monotonic clock, positive.
-func monotonic() time.Duration { return time.Since(monoStart) + 1 }
-
-// take reports whether an event at now (monotonic) fits, and counts it if so.
-func (b *tokenBucket) take(now time.Duration, rate float64, burst int) bool {
-	if b.at != 0 {
-		b.tokens -= (now - b.at).Seconds() * rate
-		if b.tokens < 0 {
-			b.tokens = 0
-		}
-	}
-	b.at = now
-	if b.tokens+1 > float64(burst) {
-		return false
-	}
-	b.tokens++
-	return true
 }

@@ -13,11 +13,16 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsgateway/wsgateway/budget"
 	"github.com/wsgateway/wsgateway/heartbeat"
+	"github.com/wsgateway/wsgateway/internal/quota"
+	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/turn"
+	"github.com/wsgateway/wsgateway/usage"
 )
 
 // Store is the run log store, as sockets and HTTP streams use it: *jetstream.Store. Its
@@ -25,14 +30,20 @@ import (
 // errors.Is).
 type Store interface {
 	// Create starts (or, for the same principal, restarts) the log of runID.
-	Create(ctx context.Context, principal, runID, threadID string) (*jetstream.Writer, error)
+	Create(ctx context.Context, principal, runID, threadID string, opts ...jetstream.CreateOption) (*jetstream.Writer, error)
 	// Read opens runID's log strictly after the offset after (a minted offset, "-1" or
 	// "now").
 	Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error)
+	// LastEvent waits until runID's log is closed and returns its last event (nil: none),
+	// reading what is stored from now on and one batch, not the whole log.
+	LastEvent(ctx context.Context, principal, runID string) ([]byte, error)
 	// RequestAbort asks every gateway sharing the store to abort the principal's run;
 	// OnAbort delivers those requests (this gateway's own too) for the Server's lifetime.
 	RequestAbort(principal, runID, origin string) error
 	OnAbort(f func(principal, runID, origin string)) error
+	// OnTakeover hands this gateway the runs kept with their input (jetstream.WithInput)
+	// whose producer died (Config.Replay).
+	OnTakeover(f func(jetstream.Takeover) bool)
 	// ThreadKey names a principal's thread on the wire. Announce tells every gateway that a
 	// run of a thread was accepted, SubscribeThread receives those announcements, and
 	// QueryThread asks every gateway which runs of a thread run now, which OnThreadQuery
@@ -72,6 +83,19 @@ const (
 	// DefaultMaxFollowsPerSocket: a page follows the thread it shows, and a few more in a
 	// sidebar.
 	DefaultMaxFollowsPerSocket = 16
+	// DefaultMaxTurnsPerPrincipal: a person has a few tabs, each running a turn or two at
+	// once (a regenerate or a tool round trip overlapping the previous turn), and a few
+	// scheduled turns; turns outlive their sockets and requests, so this, not the per-socket
+	// cap, bounds what one principal makes the gateway run.
+	DefaultMaxTurnsPerPrincipal = 32
+	// DefaultTurnStartRate and DefaultTurnStartBurst: one socket alone may send
+	// DefaultRunFrameRate run frames a second; the principal's bucket holds two sockets'
+	// bursts (tabs resubmitting their pending turns on reconnect).
+	DefaultTurnStartRate  = 10
+	DefaultTurnStartBurst = 40
+	// DefaultMaxHydratesPerPrincipal: a page hydrates its thread once as it loads; a few
+	// tabs reloading at once stay below it.
+	DefaultMaxHydratesPerPrincipal = 8
 )
 
 // Config configures a Server. Store and Agent are required; zero fields mean the documented
@@ -79,10 +103,23 @@ const (
 type Config struct {
 	Store Store
 	Agent turn.Agent
+	// Replay says the agent replays a run: the same input gives the same events. Each run's
+	// log then keeps its input, and a run whose gateway died is taken over by a live one,
+	// which runs the agent again and appends only what follows the stored events (takeOver).
+	// false: such a run ends RUN_ERROR producer_lost.
+	Replay bool
 	// Threads, if set, keeps every run's thread (a run frame's threadId): hydrates on the
 	// HTTP transports' GET ?threadId=, and ThreadsHandler. nil: no threads (a hydrate
 	// answers an empty thread).
 	Threads Threads
+	// AgentHistoryClient gives a run's agent the messages its run posted, and nothing else
+	// (for apps that manage history themselves). false: the agent is given the thread's
+	// transcript merged with them (THREADS.md section 5), when Threads is set.
+	AgentHistoryClient bool
+	// AgentHistoryBytes bounds the bytes of JSON of the messages an agent is given from its
+	// thread: the leading system and developer messages are kept, and the newest messages
+	// that fit. 0: no bound.
+	AgentHistoryBytes int
 	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
 	// every request is DefaultPrincipal.
 	Principal func(r *http.Request) (string, error)
@@ -127,6 +164,30 @@ type Config struct {
 	// DefaultMaxFollowsPerSocket): a follow frame for another thread beyond it is answered
 	// with a bare RUN_ERROR (code limit_exceeded, MsgTooManyFollows).
 	MaxFollowsPerSocket int
+	// MaxTurnsPerPrincipal caps the turns one principal runs at once on this Server, whatever
+	// started them: run frames, HTTP POSTs, /agui, ThreadRunsHandler (default
+	// DefaultMaxTurnsPerPrincipal). A turn counts from its admission (before its log is
+	// created: a turn that waits to start counts) to its end; a resubmit of a running runId
+	// replaces its turn and counts once. A start beyond it creates no log and is refused:
+	// a bare RUN_ERROR (code limit_exceeded, MsgPrincipalTurns) on a socket, 429 over HTTP.
+	MaxTurnsPerPrincipal int
+	// TurnStartRate (starts per second) and TurnStartBurst fill a token bucket per principal
+	// that every turn start takes from, by every door, resubmits included (defaults
+	// DefaultTurnStartRate and DefaultTurnStartBurst); a start that finds it empty is refused
+	// as above (MsgPrincipalTurnRate). A start refused for MaxTurnsPerPrincipal takes no token.
+	TurnStartRate  float64
+	TurnStartBurst int
+	// MaxHydratesPerPrincipal caps the hydrates (GET ?threadId= on the HTTP transports) one
+	// principal has in progress at once (default DefaultMaxHydratesPerPrincipal); beyond it,
+	// 429 (MsgTooManyHydrates) before anything is read.
+	MaxHydratesPerPrincipal int
+	// PrincipalLimits gives named principals (a scheduler's subject) other bounds than the
+	// fields above; a zero field of an entry keeps the Config's.
+	PrincipalLimits map[string]PrincipalLimits
+	// The per-principal bounds (MaxSocketsPerPrincipal, MaxTurnsPerPrincipal, TurnStartRate,
+	// MaxHydratesPerPrincipal) hold per Server. Without a Principal function or Tokens every
+	// client is DefaultPrincipal, and none of them applies.
+	//
 	// RunFrameRate (frames per second) and RunFrameBurst fill a token bucket per
 	// conversation socket that run frames take from (defaults DefaultRunFrameRate and
 	// DefaultRunFrameBurst); a run frame that finds it empty is answered with a bare
@@ -145,6 +206,26 @@ type Config struct {
 	// @tanstack/ai's own server does. By default turns outlive their socket (PROTOCOL.md
 	// section 2, step 7).
 	AbortOnDisconnect bool
+	// TracerProvider, if set, traces turns and replays (docs/CONFIGURATION.md, "Tracing"): a span per turn,
+	// a child of the W3C trace context of its run frame's forwardedProps (traceparent,
+	// tracestate) or else of its request's headers, kept in the run's metadata, so that a
+	// replay on any gateway is a span of the same trace, linked to the turn. nil: no
+	// tracing, at no cost.
+	TracerProvider trace.TracerProvider
+	// Budget is the gateway's memory budget (package budget), nil for none. Frames queued
+	// to sockets and HTTP streams, and the logs a hydrate reads, are charged to it. While it
+	// admits no new work (three quarters of its limit), a new turn is refused with a bare
+	// RUN_ERROR (code limit_exceeded, MsgMemoryBudget) before its log is created, and a
+	// hydrate with 503; while it has no room (half), replays wait; at its limit, a frame for
+	// a socket or stream already behind does not fit (a slow consumer: closed 1013, or
+	// continued from the log).
+	Budget *budget.Budget
+	// Usage, if set, is the usage ledger (package usage): every run's token usage is
+	// recorded there once its terminal is stored (by this Server, the run's producer), GET
+	// /api/usage (UsageHandler) reads it, and a turn whose principal has used its token
+	// budget of the period ends RUN_ERROR code budget_exceeded (CodeBudgetExceeded) before
+	// its agent is called. nil: no ledger, no budget.
+	Usage *usage.Ledger
 	// OriginPatterns lists the browser origins allowed besides the request's own host
 	// (websocket.AcceptOptions.OriginPatterns).
 	OriginPatterns []string
@@ -156,6 +237,7 @@ type Config struct {
 type Server struct {
 	cfg    Config
 	log    *slog.Logger
+	tracer trace.Tracer // nil: no tracing
 	wheel  *heartbeat.Wheel
 	accept websocket.AcceptOptions
 
@@ -178,10 +260,16 @@ type Server struct {
 	origin  string
 	connIDs atomic.Uint64
 
-	// held counts the sockets and HTTP streams of each principal that holds any
-	// (Config.MaxSocketsPerPrincipal): one entry per principal, none per socket.
-	heldMu sync.Mutex
-	held   map[string]int
+	// The per-principal counts: sockets and HTTP streams (Config.MaxSocketsPerPrincipal),
+	// hydrates in progress (Config.MaxHydratesPerPrincipal); an entry per principal that holds
+	// any, none per socket. The registry counts turns.
+	sockets  quota.Counts
+	hydrates quota.Counts
+	// settled holds, by runKey, the events of this gateway's runs whose log holds their
+	// terminal and whose thread is not finished yet ([]json.RawMessage): the next run of
+	// the thread takes its context from them without reading the log back
+	// (withEarlierRuns).
+	settled sync.Map
 }
 
 // New validates cfg and returns a Server. Shutdown releases it.
@@ -191,15 +279,20 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.QueueSize < 0 || cfg.QueueBytes < 0 || cfg.ReadLimit < 0 || cfg.WriteTimeout < 0 || cfg.EarlyAborts < 0 ||
 		cfg.EarlyAbortTTL < 0 || cfg.ResubmitWait < 0 || cfg.TurnCloseTimeout < 0 || cfg.MaxTurnsPerSocket < 0 ||
-		cfg.MaxSocketsPerPrincipal < 0 || cfg.RunFrameRate < 0 || cfg.RunFrameBurst < 0 || cfg.MaxFollowsPerSocket < 0 {
+		cfg.MaxSocketsPerPrincipal < 0 || cfg.RunFrameRate < 0 || cfg.RunFrameBurst < 0 || cfg.MaxFollowsPerSocket < 0 ||
+		cfg.MaxTurnsPerPrincipal < 0 || cfg.TurnStartRate < 0 || cfg.TurnStartBurst < 0 || cfg.MaxHydratesPerPrincipal < 0 ||
+		cfg.AgentHistoryBytes < 0 {
 		return nil, fmt.Errorf("%w: negative limit", ErrConfig)
 	}
 	if cfg.Tokens != nil {
 		cfg.Principal = principalOf(cfg.Tokens)
 	}
-	if cfg.Principal == nil {
+	bounded := cfg.Principal != nil
+	if !bounded {
 		cfg.Principal = func(*http.Request) (string, error) { return DefaultPrincipal, nil }
-		cfg.MaxSocketsPerPrincipal = math.MaxInt // one principal for every client: no cap
+		// One principal for every client: no per-principal bound.
+		cfg.MaxSocketsPerPrincipal, cfg.MaxTurnsPerPrincipal, cfg.MaxHydratesPerPrincipal = math.MaxInt, math.MaxInt, math.MaxInt
+		cfg.PrincipalLimits = nil
 	}
 	if cfg.QueueSize == 0 {
 		cfg.QueueSize = DefaultQueueSize
@@ -237,6 +330,23 @@ func New(cfg Config) (*Server, error) {
 	if cfg.RunFrameBurst == 0 {
 		cfg.RunFrameBurst = DefaultRunFrameBurst
 	}
+	if cfg.MaxTurnsPerPrincipal == 0 {
+		cfg.MaxTurnsPerPrincipal = DefaultMaxTurnsPerPrincipal
+	}
+	if cfg.TurnStartRate == 0 {
+		cfg.TurnStartRate = DefaultTurnStartRate
+	}
+	if cfg.TurnStartBurst == 0 {
+		cfg.TurnStartBurst = DefaultTurnStartBurst
+	}
+	if cfg.MaxHydratesPerPrincipal == 0 {
+		cfg.MaxHydratesPerPrincipal = DefaultMaxHydratesPerPrincipal
+	}
+	for p, l := range cfg.PrincipalLimits {
+		if l.Sockets < 0 || l.Turns < 0 || l.TurnRate < 0 || l.TurnBurst < 0 || l.Hydrates < 0 {
+			return nil, fmt.Errorf("%w: negative limit for principal %q", ErrConfig, p)
+		}
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -258,8 +368,13 @@ func New(cfg Config) (*Server, error) {
 		conns:    make(map[*conn]struct{}),
 		streams:  make(map[*httpStream]struct{}),
 		shutDone: make(chan struct{}),
-		held:     make(map[string]int),
 		origin:   rand.Text(),
+	}
+	if cfg.TracerProvider != nil {
+		s.tracer = cfg.TracerProvider.Tracer(tracing.Scope)
+	}
+	if bounded {
+		s.turns.limits = s.limits
 	}
 	// An abort frame on a socket of another gateway reaches the turn here, and a follower
 	// there learns which runs of its thread run here.
@@ -268,6 +383,9 @@ func New(cfg Config) (*Server, error) {
 	})
 	if err == nil {
 		err = cfg.Store.OnThreadQuery(s.runningRuns)
+	}
+	if err == nil && cfg.Replay {
+		cfg.Store.OnTakeover(s.takeOver)
 	}
 	if err != nil {
 		cancel()
@@ -322,11 +440,16 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return // Accept answered the request
 	}
 	c := newConn(s, ws, hj.conn, kind, principal, r.RemoteAddr)
+	if kind == metrics.SocketResume {
+		c.turnCtx = s.withRemoteParent(context.Background(), r.Header)
+	}
 	if kind == metrics.SocketConversation {
 		c.turnCtx = s.turnContext(r)
 		if !expires.IsZero() {
 			c.hb.SetDeadline(expires)
 		}
+	} else {
+		c.expires = expires
 	}
 	s.mu.Lock()
 	closing := s.closing
@@ -342,12 +465,14 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	go s.serve(c, q.Get("runId"), q.Get("offset"))
 }
 
-// turnContext returns the values for the agents of the turns r starts, nil for none.
+// turnContext returns the values for the agents of the turns r starts, with the trace
+// context of r's headers (withRemoteParent); nil for none.
 func (s *Server) turnContext(r *http.Request) context.Context {
-	if s.cfg.TurnContext == nil {
-		return nil
+	var ctx context.Context
+	if s.cfg.TurnContext != nil {
+		ctx = s.cfg.TurnContext(r)
 	}
-	return s.cfg.TurnContext(r)
+	return s.withRemoteParent(ctx, r.Header)
 }
 
 // serve runs a socket's reader until the socket closes, then forgets the socket (ended).
@@ -355,7 +480,7 @@ func (s *Server) turnContext(r *http.Request) context.Context {
 // (serveConversation), and the last one calls ended.
 func (s *Server) serve(c *conn, runID, offset string) {
 	s.cfg.Metrics.SocketOpened(metrics.TransportWebSocket, c.kind())
-	c.ws.SetReadLimit(s.cfg.ReadLimit)
+	c.ws.SetReadLimit(-1) // the reader applies Config.ReadLimit (conn.read)
 	if c.resume {
 		c.serveResume(runID, offset)
 		s.ended(c)
@@ -381,27 +506,11 @@ const MsgTooManySockets = "too many sockets for this principal (max-principal-so
 // hold counts one more socket or HTTP stream of principal, unless it holds
 // Config.MaxSocketsPerPrincipal already. release undoes it.
 func (s *Server) hold(principal string) bool {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	n := s.held[principal]
-	if n >= s.cfg.MaxSocketsPerPrincipal {
-		return false
-	}
-	s.held[principal] = n + 1
-	return true
+	return s.sockets.Take(principal, s.limits(principal).Sockets)
 }
 
-// release forgets one socket or HTTP stream of principal; a principal that holds none has
-// no entry.
-func (s *Server) release(principal string) {
-	s.heldMu.Lock()
-	defer s.heldMu.Unlock()
-	if n := s.held[principal]; n > 1 {
-		s.held[principal] = n - 1
-	} else {
-		delete(s.held, principal)
-	}
-}
+// release forgets one socket or HTTP stream of principal.
+func (s *Server) release(principal string) { s.sockets.Put(principal) }
 
 // refuseHold answers 429 to a principal over Config.MaxSocketsPerPrincipal.
 func (s *Server) refuseHold(w http.ResponseWriter, r *http.Request) {

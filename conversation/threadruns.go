@@ -64,6 +64,11 @@ func (s *Server) serveThreadRun(w http.ResponseWriter, r *http.Request, joinPath
 	}
 	defer s.connWG.Done()
 	sl, prev, err := s.turns.add(runKey{principal, in.RunID}, s.cfg.Store.ThreadKey(principal, in.ThreadID), nil, 0, 0)
+	var refused *limitError
+	if errors.As(err, &refused) {
+		s.refuseStart(w, refused, true)
+		return
+	}
 	if err != nil {
 		writeJSONError(w, http.StatusServiceUnavailable, "service restart")
 		return
@@ -71,9 +76,14 @@ func (s *Server) serveThreadRun(w http.ResponseWriter, r *http.Request, joinPath
 	log := s.log.With(slog.String(keyKind, "thread run"), slog.String(keyRemote, r.RemoteAddr))
 	t, failure := s.startTurn(turnRequest{slot: sl, prev: prev, in: in, values: s.turnContext(r), sink: discard{}, log: log})
 	if t == nil {
-		if ev, err := protocol.DecodeEvent(failure); err == nil && ev.Str("code") == CodeForbidden {
+		ev, err := protocol.DecodeEvent(failure)
+		switch {
+		case err == nil && ev.Str("code") == CodeForbidden:
 			writeJSONError(w, http.StatusForbidden, msgForbidden)
-		} else {
+		case err == nil && ev.Str("code") == CodeLimitExceeded:
+			w.Header().Set("Retry-After", "1")
+			writeJSONError(w, http.StatusServiceUnavailable, ev.Str("message"))
+		default:
 			writeJSONError(w, http.StatusServiceUnavailable, "run log unavailable")
 		}
 		return

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/thread"
 )
@@ -24,7 +25,8 @@ type Threads interface {
 	// ReadThreadAhead starts reading a thread for the AcceptRun that follows; AcceptRun
 	// records a newly accepted run in its thread and merges its input.
 	ReadThreadAhead(ctx context.Context, principal, threadID string) *jetstream.ThreadAhead
-	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) error
+	// AcceptRun returns the thread as it wrote it, which the caller does not modify.
+	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) (*jetstream.Thread, error)
 	// FinishRun applies a run's stored events to its thread and records how it ended.
 	FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error
 	// Thread returns the principal's thread; Threads lists them, newest first;
@@ -43,20 +45,26 @@ const threadTimeout = 10 * time.Second
 // first event is stored, which is delivered once the thread is written (so that a hydrate
 // from the run's first event on reports it), and finished before the log closes (so that a
 // hydrate which no longer reports the run as active has its final messages). A log that
-// failed is left to whoever ends it (the reaper, a resubmit). A failed thread update is
-// logged: the turn goes on, and its thread does not show it.
+// failed is left to whoever ends it (the reaper, a resubmit). A thread update that fails
+// (NATS away, a stall) is logged and tried again until it lands (untilLanded): the turn goes
+// on meanwhile, and the run reaches its thread once NATS answers again.
 type threadLog struct {
 	*jetstream.Writer
 	srv                        *Server
 	principal, threadID, runID string
 	log                        *slog.Logger
-	accepted                   chan struct{} // closed once the thread was written, and the run announced
+	accepted                   chan struct{} // closed once the thread was written (or its first try failed), and the run announced
+	landed                     chan struct{} // closed once the thread was written, or the server stopped trying
+	// written is the thread as the first try of the run's acceptance wrote it (nil: that try
+	// failed), set before accepted is closed: the run's agent takes its context from it.
+	written *jetstream.Thread
 
 	// The events appended, kept while they fit in threadEventsMemory bytes: the run's end
 	// builds its thread from them; a longer run's end reads its log back.
 	mu      sync.Mutex
 	events  []json.RawMessage
-	size    int
+	size    int // bytes of every event appended
+	count   int // events appended
 	over    bool
 	started bool // the first event was appended
 }
@@ -77,12 +85,14 @@ func (l *threadLog) Append(event []byte, stored func(offset string, err error)) 
 			next(offset, err)
 		}
 	}
-	if !l.over {
-		if l.size += len(event); l.size > threadEventsMemory {
-			l.over, l.events = true, nil
-		} else {
-			l.events = append(l.events, event)
-		}
+	l.size += len(event)
+	l.count++
+	switch {
+	case l.over:
+	case l.size > threadEventsMemory:
+		l.over, l.events = true, nil
+	default:
+		l.events = append(l.events, event)
 	}
 	l.mu.Unlock()
 	l.Writer.Append(event, stored)
@@ -94,39 +104,110 @@ func (l *threadLog) Append(event []byte, stored func(offset string, err error)) 
 // announced once its thread is written. The write waits for no event: a new run's first
 // event is stored in the write's round trip.
 func (srv *Server) newThreadLog(w *jetstream.Writer, s *slot, in *protocol.RunAgentInput, ahead *jetstream.ThreadAhead, log *slog.Logger) *threadLog {
-	l := &threadLog{Writer: w, srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log, accepted: make(chan struct{})}
+	l := &threadLog{Writer: w, srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log,
+		accepted: make(chan struct{}), landed: make(chan struct{})}
 	go func() {
-		defer close(l.accepted)
-		ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
-		defer cancel()
-		if err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, in.JSON(), ahead); err != nil {
-			log.Warn("recording the run in its thread", slog.String(keyErr, err.Error()))
+		defer close(l.landed)
+		var once sync.Once
+		accepted := func() {
+			once.Do(func() {
+				close(l.accepted)
+				srv.announce(s, log)
+			})
 		}
-		srv.announce(s, log)
+		defer accepted()
+		first := true
+		srv.untilLanded(log, "recording the run in its thread", func(ctx context.Context) error {
+			t, err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, in.JSON(), ahead)
+			if first {
+				l.written, first = t, false
+			}
+			ahead = nil // a retry reads the thread again
+			accepted()  // the run's events wait for the first try only
+			return err
+		})
 	}()
 	return l
 }
 
-// Close closes the log, then finishes the run's thread from it (at most threadTimeout), so
-// that readers of the log reach its end without waiting for the thread. Until the thread is
+// untilLanded calls write, each call within threadTimeout, until it succeeds or the server
+// stops (Shutdown gave up waiting; the first call is made in any case), pausing between calls from 100 ms, doubled each time, up
+// to 5 s. The first failure and the last are logged as what. It returns write's last error.
+func (srv *Server) untilLanded(log *slog.Logger, what string, write func(ctx context.Context) error) error {
+	pause := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		base := srv.ctx
+		if attempt == 1 {
+			base = context.WithoutCancel(base) // a turn stopped at shutdown still tries once
+		}
+		ctx, cancel := context.WithTimeout(base, threadTimeout)
+		err := write(ctx)
+		cancel()
+		if err == nil {
+			if attempt > 1 {
+				log.Info(what+": landed", slog.Int("attempts", attempt))
+			}
+			return nil
+		}
+		if attempt == 1 {
+			log.Warn(what+": trying again", slog.String(keyErr, err.Error()))
+		}
+		select {
+		case <-srv.ctx.Done():
+			log.Warn(what+": given up at shutdown", slog.String(keyErr, err.Error()), slog.Int("attempts", attempt))
+			return err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
+}
+
+// Close closes the log, then finishes the run's thread from it (untilLanded), so that
+// readers of the log reach its end without waiting for the thread. Until the thread is
 // finished, a hydrate reports the run as active, and a client that joins it replays the
 // closed log.
 func (l *threadLog) Close(ctx context.Context) error {
+	// Every event is stored by now: the thread's next run, whose client may post it as soon
+	// as it has the terminal, reads them here until the thread has them.
+	l.mu.Lock()
+	events, over := l.events, l.over
+	l.mu.Unlock()
+	if key := (runKey{l.principal, l.runID}); !over && len(events) > 0 && terminal(events[len(events)-1]) {
+		l.srv.settled.Store(key, events)
+		defer l.srv.settled.Delete(key)
+	}
 	err := l.Writer.Close(ctx)
 	if err == nil {
-		fctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), threadTimeout)
-		defer cancel()
-		if err := l.finish(fctx); err != nil {
-			l.log.Warn("finishing the run in its thread", slog.String(keyErr, err.Error()))
-		}
+		release := l.reserveReadBack()
+		l.srv.untilLanded(l.log, "finishing the run in its thread", l.finish)
+		release()
 	}
 	return err
 }
 
+// reserveReadBack waits, for a run too long to keep its events (over), until the memory
+// budget has room for its log read back whole and the thread built from it, and charges
+// them; it returns the function that gives them back. Runs that end together (a burst of
+// long turns, or every turn held through a NATS stall) so read their logs in turn, as the
+// budget makes room, instead of all at once. At shutdown it charges nothing.
+func (l *threadLog) reserveReadBack() (release func()) {
+	l.mu.Lock()
+	over, size, count := l.over, l.size, l.count
+	l.mu.Unlock()
+	if !over {
+		return func() {}
+	}
+	n := 2*int64(size) + int64(count)*(entryOverhead+offsetBytes)
+	if l.srv.cfg.Budget.Reserve(l.srv.ctx, n) != nil {
+		return func() {}
+	}
+	return func() { l.srv.cfg.Budget.Release(n) }
+}
+
 // finish applies the run's events, every one stored since Close succeeded, to its thread,
-// after the run's acceptance.
+// after the run's acceptance landed.
 func (l *threadLog) finish(ctx context.Context) error {
-	<-l.accepted
+	<-l.landed
 	l.mu.Lock()
 	events, over := l.events, l.over
 	l.mu.Unlock()
@@ -135,10 +216,29 @@ func (l *threadLog) finish(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		events = jetstream.Events(entries)
+		events = jetstream.Events(entries) // charged by reserveReadBack
 	}
 	return l.srv.cfg.Threads.FinishRun(ctx, l.principal, l.threadID, l.runID, events)
 }
+
+// charge charges the entries of a log read whole to the memory budget, and returns the
+// function that gives them back once they are no longer held.
+func (srv *Server) charge(entries []jetstream.Entry) (release func()) {
+	var n int64
+	for _, e := range entries {
+		n += int64(len(e.Event)+len(e.Offset)) + entryOverhead
+	}
+	srv.cfg.Budget.Take(n)
+	return func() { srv.cfg.Budget.Release(n) }
+}
+
+// entryOverhead is what an entry of a log read whole costs beyond its bytes: the Entry, and
+// the event's place in the slices built from it.
+const entryOverhead = 64
+
+// offsetBytes is what an entry's offset takes (37 bytes of text), to reserve a log's read
+// before reading it.
+const offsetBytes = 40
 
 // Hydrate answers (THREADS.md section 1).
 type hydrateAnswer struct {
@@ -173,12 +273,25 @@ func pageLimit(r *http.Request) int {
 // its pending interrupts. An unknown thread, or another principal's, is an empty one; so is a
 // thread the store cannot read, since the client shows any failure as an empty chat anyway.
 func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, threadID string) {
+	if !srv.holdHydrate(w, principal) {
+		return
+	}
+	defer srv.hydrates.Put(principal)
+	if !srv.cfg.Budget.Admit() {
+		// A hydrate may read a whole run's log (up to max-run-bytes): none starts while
+		// the gateway's memory is short.
+		srv.cfg.Metrics.LimitRefused(metrics.LimitMemoryBudget)
+		w.Header().Set("Retry-After", "1")
+		writeJSONError(w, http.StatusServiceUnavailable, MsgMemoryBudget)
+		return
+	}
 	ans := hydrateAnswer{Messages: []thread.Message{}}
 	ctx, cancel := context.WithTimeout(r.Context(), threadTimeout)
 	defer cancel()
 	if t := srv.thread(ctx, principal, threadID); t != nil {
 		if runID := t.ActiveRun(); runID != "" {
 			entries, closed, err := srv.cfg.Threads.Snapshot(ctx, principal, runID)
+			defer srv.charge(entries)()
 			switch {
 			case err == nil && closed:
 				// The run ended and its gateway did not finish its thread (it stopped

@@ -117,11 +117,11 @@ type heldThreads struct {
 // threads names the embedded Threads of a wrapper, whose method Threads it would hide.
 type threads = conversation.Threads
 
-func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) error {
+func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) (*jetstream.Thread, error) {
 	select {
 	case <-h.release:
 	case <-ctx.Done():
-		return ctx.Err()
+		return nil, ctx.Err()
 	}
 	return h.threads.AcceptRun(ctx, principal, threadID, runID, input, ahead)
 }

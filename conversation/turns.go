@@ -4,13 +4,20 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
+	"github.com/coder/websocket"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/wsgateway/wsgateway/internal/quota"
+	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/turn"
+	"github.com/wsgateway/wsgateway/usage"
 )
 
 // Codes of the bare RUN_ERROR events the gateway sends itself when a turn cannot start.
@@ -25,6 +32,14 @@ const (
 	// limit_exceeded) of a run frame over Config.MaxTurnsPerSocket or Config.RunFrameRate.
 	MsgTooManyTurns = "max-socket-turns: too many turns running on this socket"
 	MsgRunFrameRate = "run-frame-rate: too many run frames per second on this socket"
+	// MsgMemoryBudget is the message of the bare RUN_ERROR (code limit_exceeded) of a turn
+	// refused while the gateway's memory budget admits no new work (Config.Budget).
+	MsgMemoryBudget = "memory-budget: the gateway holds too much memory to start a turn now; try again shortly"
+	// CodeBudgetExceeded and MsgBudgetExceeded are the RUN_ERROR that ends a run whose
+	// principal has used its token budget of the period (Config.Usage), before its agent is
+	// called.
+	CodeBudgetExceeded = "budget_exceeded"
+	MsgBudgetExceeded  = "token-budget: this principal has used its token budget of the period; it renews with the next period"
 )
 
 // runKey names a run in the registry: a runId belongs to one principal.
@@ -48,27 +63,33 @@ type slot struct {
 // transport started them: a slot lives from its run frame (or POST) to its turn's end. It
 // implements the resubmit rule (a runId started again aborts its running turn first), lets
 // an abort of the principal reach the turn from any socket, counts each conversation
-// socket's turns (Config.MaxTurnsPerSocket) and keeps its early aborts, and lets Shutdown
-// wait for every turn and stop the rest.
+// socket's turns (Config.MaxTurnsPerSocket) and keeps its early aborts, bounds each
+// principal's turns and starts, whatever door started them (Config.MaxTurnsPerPrincipal,
+// Config.TurnStartRate), and lets Shutdown wait for every turn and stop the rest.
 type registry struct {
 	mu       sync.Mutex
 	slots    map[runKey]*slot
 	closing  bool // Shutdown began: no new slot
 	stopping bool // Shutdown stops turns: one that starts now is stopped at once
 	wg       sync.WaitGroup
+
+	// limits returns a principal's bounds; nil: no per-principal bound (every client is one
+	// principal). running counts each principal's keys in slots, starts meters its adds.
+	limits  func(principal string) PrincipalLimits
+	running quota.Counts
+	starts  quota.Rates
 }
 
-// Errors of registry.add.
-var (
-	errClosing      = errors.New("conversation: shutting down")
-	errTooManyTurns = errors.New("conversation: too many turns on the socket")
-)
+// errClosing is add's error once Shutdown began.
+var errClosing = errors.New("conversation: shutting down")
 
 // add registers a slot for key, a run of the thread key thread, and returns it with the slot
-// it replaces (a resubmit), if any. owner, the conversation socket of the run frame (nil over HTTP), may hold at most max
-// keys: a new key beyond is refused with errTooManyTurns. An abort of the key that owner
-// remembers younger than ttl marks the new slot aborted. Once Shutdown began, add fails with
-// errClosing.
+// it replaces (a resubmit), if any. owner, the conversation socket of the run frame (nil over
+// HTTP), may hold at most max keys: a new key beyond is refused with errTooManyTurns. The
+// key's principal may hold at most its limits' Turns keys (errPrincipalTurns), and each add
+// takes a token of its bucket (errTurnRate). An abort of the key that owner remembers younger
+// than ttl marks the new slot aborted. Once Shutdown began, add fails with errClosing. A
+// refused add changes nothing but the bucket a start refused for its rate found empty.
 func (r *registry) add(key runKey, thread string, owner *conn, max int, ttl time.Duration) (s, prev *slot, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -78,6 +99,18 @@ func (r *registry) add(key runKey, thread string, owner *conn, max int, ttl time
 	prev = r.slots[key]
 	if owner != nil && (prev == nil || prev.owner != owner) && owner.turnCount >= max {
 		return nil, nil, errTooManyTurns
+	}
+	if r.limits != nil {
+		l := r.limits(key.principal)
+		if prev == nil && r.running.Held(key.principal) >= l.Turns {
+			return nil, nil, errPrincipalTurns
+		}
+		if !r.starts.Take(key.principal, quota.Now(), l.TurnRate, l.TurnBurst) {
+			return nil, nil, &limitError{limit: errTurnRate.limit, msg: errTurnRate.msg, retryAfter: r.starts.Wait(key.principal, l.TurnRate, l.TurnBurst)}
+		}
+		if prev == nil {
+			r.running.Take(key.principal, l.Turns)
+		}
 	}
 	if r.slots == nil {
 		r.slots = make(map[runKey]*slot)
@@ -93,6 +126,31 @@ func (r *registry) add(key runKey, thread string, owner *conn, max int, ttl time
 	return s, prev, nil
 }
 
+// adopt registers a slot for key, a run of the thread key thread taken over from a dead
+// gateway (Server.takeOver): it counts among its principal's running turns, beyond their
+// bound if need be (it was admitted where it started), and takes nothing of its bucket.
+// Once Shutdown began, adopt fails with errClosing.
+func (r *registry) adopt(key runKey, thread string) (*slot, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closing {
+		return nil, errClosing
+	}
+	if r.slots[key] != nil {
+		return nil, errors.New("conversation: the run is running here")
+	}
+	if r.limits != nil {
+		r.running.Take(key.principal, math.MaxInt)
+	}
+	if r.slots == nil {
+		r.slots = make(map[runKey]*slot)
+	}
+	s := &slot{key: key, thread: thread, ready: make(chan struct{})}
+	r.slots[key] = s
+	r.wg.Add(1)
+	return s, nil
+}
+
 // count adds d to the turns of s's owner. r.mu is held.
 func (r *registry) count(s *slot, d int) {
 	if s != nil && s.owner != nil {
@@ -106,6 +164,9 @@ func (r *registry) end(s *slot) {
 	if r.slots[s.key] == s {
 		delete(r.slots, s.key)
 		r.count(s, -1)
+		if r.limits != nil {
+			r.running.Put(s.key.principal)
+		}
 	}
 	foreign := s.foreign
 	r.mu.Unlock()
@@ -119,13 +180,13 @@ func (r *registry) end(s *slot) {
 	r.wg.Done()
 }
 
-// abort stops the turn of key, now or as soon as it starts, and reports whether the
-// registry holds it. Without one, from, the socket of the abort frame (nil for a request of
+// abort stops the turn of key, now or as soon as it starts, and returns its slot, nil if
+// the registry holds none. Without one, from, the socket of the abort frame (nil for a request of
 // another gateway or over HTTP), remembers the abort (max entries of age ttl) until its run
 // frame arrives. origin names the socket that asked (conn.origin, "" for none): an abort
 // from elsewhere than the turn's socket makes the turn's end reach that socket from the log
 // (conn.catchUp).
-func (r *registry) abort(key runKey, from *conn, origin string, max int, ttl time.Duration) bool {
+func (r *registry) abort(key runKey, from *conn, origin string, max int, ttl time.Duration) *slot {
 	r.mu.Lock()
 	s := r.slots[key]
 	if s == nil {
@@ -133,14 +194,30 @@ func (r *registry) abort(key runKey, from *conn, origin string, max int, ttl tim
 			from.early.add(key.runID, time.Now(), max, ttl)
 		}
 		r.mu.Unlock()
-		return false
+		return nil
 	}
 	if s.owner != nil && origin != s.owner.origin() {
 		s.foreign = true
 	}
 	r.mu.Unlock()
 	r.abortSlot(s)
-	return true
+	return s
+}
+
+// wait waits until s's turn ended and the registry forgot s (its place freed), or ctx ends.
+func (r *registry) wait(ctx context.Context, s *slot) error {
+	select {
+	case <-s.ready:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	r.mu.Lock()
+	t := s.turn
+	r.mu.Unlock()
+	if t == nil { // it never started: startTurn ended it before closing ready
+		return nil
+	}
+	return t.Wait(ctx) // OnEnd, which ends s, runs before Wait returns
 }
 
 // aborted reports whether an abort of s arrived.
@@ -223,9 +300,25 @@ type turnRequest struct {
 // when the turn has ended, or before startTurn returns if it could not start. It returns
 // the turn, or nil and the bare RUN_ERROR to send instead.
 func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
+	accepted := time.Now()
 	s := req.slot
 	defer close(s.ready)
 	log := req.log.With(slog.String(keyRunID, s.key.runID))
+	if !srv.cfg.Budget.Admit() {
+		// Before a resubmit aborts the turn it replaces: nothing running gives way.
+		srv.turns.end(s)
+		log.Info("run refused: memory-budget")
+		srv.cfg.Metrics.LimitRefused(metrics.LimitMemoryBudget)
+		return nil, protocol.AppendRunError(nil, MsgMemoryBudget, CodeLimitExceeded)
+	}
+	var refused *turn.Refusal
+	if srv.cfg.Usage.Exceeded(s.key.principal) {
+		// The run is created and ends at once, so that its thread shows why.
+		log.Info("run refused: token-budget")
+		srv.cfg.Metrics.LimitRefused(metrics.LimitTokenBudget)
+		refused = &turn.Refusal{Code: CodeBudgetExceeded, Message: MsgBudgetExceeded}
+	}
+	ctx, span := srv.startTurnSpan(req)
 	if req.prev != nil {
 		srv.endPrevious(req.prev, log)
 	}
@@ -241,19 +334,35 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	if threaded {
 		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)
 	}
-	runLog, err := srv.cfg.Store.Create(srv.ctx, s.key.principal, s.key.runID, req.in.ThreadID)
+	// The run's metadata keeps the turn's trace context, for the replays of any gateway.
+	createCtx := srv.ctx
+	if span.IsRecording() {
+		createCtx = trace.ContextWithSpan(srv.ctx, span)
+	}
+	var opts []jetstream.CreateOption
+	if srv.cfg.Replay {
+		opts = append(opts, jetstream.WithInput(req.in.JSON()))
+	}
+	runLog, err := srv.cfg.Store.Create(createCtx, s.key.principal, s.key.runID, req.in.ThreadID, opts...)
 	if err != nil {
 		srv.turns.end(s)
 		if errors.Is(err, jetstream.ErrForbidden) {
-			log.Info("run refused: another principal's runId")
+			log.InfoContext(ctx, "run refused: another principal's runId")
+			endRefused(span, "refused", CodeForbidden)
 			return nil, protocol.AppendRunError(nil, msgForbidden, CodeForbidden)
 		}
-		log.Warn("creating run log", slog.String(keyErr, err.Error()))
+		log.WarnContext(ctx, "creating run log", slog.String(keyErr, err.Error()))
+		endRefused(span, string(metrics.OutcomeLogFailed), CodeLogUnavailable)
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
 	var tlog turn.Log = runLog
+	agent := srv.cfg.Agent
 	if threaded {
-		tlog = srv.newThreadLog(runLog, s, req.in, ahead, log)
+		l := srv.newThreadLog(runLog, s, req.in, ahead, log)
+		tlog = l
+		if !srv.cfg.AgentHistoryClient {
+			agent = contextAgent{Agent: agent, srv: srv, l: l, span: span, log: log}
+		}
 	} else {
 		srv.announce(s, log)
 	}
@@ -262,27 +371,68 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	srv.turns.mu.Unlock()
 	t, err := turn.Start(turn.Config{
 		Input:        req.in,
-		Agent:        srv.cfg.Agent,
+		Agent:        agent,
 		Log:          tlog,
 		Sink:         req.sink,
 		Logger:       log,
 		Metrics:      srv.cfg.Metrics,
 		CloseTimeout: srv.cfg.TurnCloseTimeout,
 		Limits:       srv.cfg.TurnLimits,
-		Context:      req.values,
-		OnEnd:        func(metrics.Outcome) { srv.turns.end(s) },
-		Aborted:      early,
+		Context:      ctx,
+		OnEnd: func(metrics.Outcome) {
+			srv.turns.end(s)
+			span.End()
+		},
+		OnLost:   movedAway(s),
+		Aborted:  early,
+		Accepted: accepted,
+		Refused:  refused,
+		Used:     srv.usageRecorder(s.key, req.in.ThreadID, runLog.Info().Generation),
 	})
 	if err != nil {
-		log.Error("starting turn", slog.String(keyErr, err.Error()))
+		log.ErrorContext(ctx, "starting turn", slog.String(keyErr, err.Error()))
 		tlog.Close(context.WithoutCancel(srv.ctx))
 		srv.turns.end(s)
+		endRefused(span, string(metrics.OutcomeLogFailed), CodeLogUnavailable)
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
 	if srv.turns.started(s, t) {
 		t.Abort()
 	}
 	return t, nil
+}
+
+// movedAway returns the turn.Config.OnLost of s's turn: a socket whose turn lost its log's
+// lease to another gateway (this one was cut from NATS, and the run was taken over or reaped
+// there) is closed 1012 "run moved" once its queued frames are written, so that its client
+// reconnects, through any gateway, and resumes from the last offset it received. nil over
+// HTTP, whose streams get the bare RUN_ERROR log_unavailable.
+func movedAway(s *slot) func() {
+	if s.owner == nil {
+		return nil
+	}
+	return func() { s.owner.requestClose(websocket.StatusServiceRestart, reasonRunMoved, true) }
+}
+
+// reasonRunMoved is the close reason of movedAway.
+const reasonRunMoved = "run moved"
+
+// usageRecorder returns the turn.Config.Used of a run whose log is of generation gen: it
+// records the run's usage in the ledger, nil without one.
+func (srv *Server) usageRecorder(key runKey, threadID string, gen uint64) func(map[string]metrics.Usage) {
+	if srv.cfg.Usage == nil {
+		return nil
+	}
+	return func(byModel map[string]metrics.Usage) {
+		srv.cfg.Usage.Record(usage.Run{Principal: key.principal, ThreadID: threadID, RunID: key.runID, Generation: gen, Usage: byModel})
+	}
+}
+
+// endRefused ends the span of a turn that could not start: outcome refused (another
+// principal's runId) or log_failed.
+func endRefused(span trace.Span, outcome, code string) {
+	tracing.SetOutcome(span, outcome, code)
+	span.End()
 }
 
 // announce tells the followers of the run's thread, on every gateway, that the run of s

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -423,5 +424,74 @@ func TestStaleCacheOtherGateway(t *testing.T) {
 	}
 	if _, body := do(t, "GET", b+"?offset=-1", nil, ""); body != "new" {
 		t.Fatalf("GET of the new stream = %q, want new", body)
+	}
+}
+
+// TestReadersPerPrincipal: a principal's reads in progress are bounded (live SSE reads held
+// open here); a read beyond is 429 naming the limit and counted; another principal, and a
+// principal given more by PrincipalReaders, read meanwhile; a read that ended frees its place.
+func TestReadersPerPrincipal(t *testing.T) {
+	const max = 2
+	var refused atomic.Int32
+	gw := gateways(t, 1, Config{MaxReaders: max, PrincipalReaders: map[string]int{"svc": max + 1},
+		Refused: func() { refused.Add(1) }, Principal: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }})
+	hdr := map[string]string{"Content-Type": "text/plain"}
+	for _, u := range []string{"alice", "bob", "svc"} {
+		hdr["X-User"] = u
+		do(t, "PUT", gw[0].URL+"/v1/stream/s", hdr, "hi")
+	}
+	// open starts a live SSE read as user and returns its response once it streams.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func(user string, rctx context.Context) *http.Response {
+		req, _ := http.NewRequestWithContext(rctx, "GET", gw[0].URL+"/v1/stream/s?offset=-1&live=sse", nil)
+		req.Header.Set("X-User", user)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET as %s: %v", user, err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	first, firstCancel := context.WithCancel(ctx)
+	for i := 0; i < max; i++ {
+		rctx := ctx
+		if i == 0 {
+			rctx = first
+		}
+		if resp := open("alice", rctx); resp.StatusCode != 200 {
+			t.Fatalf("alice's read %d under the bound: %d", i, resp.StatusCode)
+		}
+	}
+	resp := open("alice", ctx)
+	var b []byte
+	if resp.StatusCode != 200 { // a 200 would stream on
+		b, _ = io.ReadAll(resp.Body)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || strings.TrimSpace(string(b)) != MsgTooManyReaders {
+		t.Errorf("alice's read beyond the bound: %d %q, want 429 %q", resp.StatusCode, b, MsgTooManyReaders)
+	}
+	if n := refused.Load(); n != 1 {
+		t.Errorf("refusals counted: %d, want 1", n)
+	}
+	if resp := open("bob", ctx); resp.StatusCode != 200 {
+		t.Errorf("bob's read while alice is at her bound: %d", resp.StatusCode)
+	}
+	for i := 0; i < max+1; i++ {
+		if resp := open("svc", ctx); resp.StatusCode != 200 {
+			t.Errorf("svc's read %d under its own bound of %d: %d", i, max+1, resp.StatusCode)
+		}
+	}
+	firstCancel() // alice's first read ends: its place is free
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		resp := open("alice", ctx)
+		if resp.StatusCode == 200 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("alice's read after one ended: %d", resp.StatusCode)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"net/http"
 	"regexp"
@@ -20,6 +21,8 @@ import (
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"github.com/wsgateway/wsgateway/internal/jsoncompact"
+	"github.com/wsgateway/wsgateway/internal/origin"
+	"github.com/wsgateway/wsgateway/internal/quota"
 )
 
 // Config configures a Handler. Zero fields mean the documented defaults.
@@ -57,9 +60,32 @@ type Config struct {
 	// Principal names the caller; an error answers 401. Default: everyone is "anonymous".
 	// A stream belongs to its principal: another one's streams do not exist for a caller.
 	Principal func(*http.Request) (string, error)
+	// Cookie names the cookie Principal may take the token from ("": none). A request that
+	// carries it and no Authorization header, from a browser origin that origin.Allowed
+	// refuses with OriginPatterns, is answered 403: a page of another site would otherwise
+	// write and read with the user's cookie (a simple POST needs no preflight).
+	Cookie         string
+	OriginPatterns []string
 	// Logger receives warnings (default slog.Default()).
 	Logger *slog.Logger
+
+	// MaxReaders caps the reads (GET: catch-up, long-poll, SSE) one principal has in
+	// progress at once on this Handler (default DefaultMaxReaders); beyond it a read is
+	// answered 429 MsgTooManyReaders before anything is loaded. PrincipalReaders gives named
+	// principals another cap. Without a Principal function everyone is one principal, and
+	// no cap applies.
+	MaxReaders       int
+	PrincipalReaders map[string]int
+	// Refused, if set, is called for each read refused by MaxReaders (a metric).
+	Refused func()
 }
+
+// DefaultMaxReaders: each chat a page shows holds one live read; a person's tabs stay far
+// below it.
+const DefaultMaxReaders = 16
+
+// MsgTooManyReaders is the body of the 429 answer to a read beyond Config.MaxReaders.
+const MsgTooManyReaders = "max-principal-readers: too many reads at once for this principal"
 
 func (c Config) withDefaults() (Config, error) {
 	def := func(s *string, v string) {
@@ -90,8 +116,12 @@ func (c Config) withDefaults() (Config, error) {
 	if c.MaxReadBytes == 0 {
 		c.MaxReadBytes = 1 << 20
 	}
+	if c.MaxReaders == 0 {
+		c.MaxReaders = DefaultMaxReaders
+	}
 	if c.Principal == nil {
 		c.Principal = func(*http.Request) (string, error) { return "anonymous", nil }
+		c.MaxReaders, c.PrincipalReaders = math.MaxInt, nil // one principal: no cap
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -103,7 +133,7 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("durable: Conn and JetStream are required")
 	case !strings.HasPrefix(c.Prefix, "/") || (c.AltPrefix != "-" && !strings.HasPrefix(c.AltPrefix, "/")):
 		return c, errors.New("durable: prefixes must start with /")
-	case c.LongPollTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 1 || c.MaxReadBytes < 1:
+	case c.LongPollTimeout < 0 || c.Retention < 0 || c.MaxBodyBytes < 1 || c.MaxReadBytes < 1 || c.MaxReaders < 0:
 		return c, errors.New("durable: negative or zero limit in config")
 	}
 	return c, nil
@@ -115,6 +145,8 @@ type Handler struct {
 	st   *store
 	done chan struct{} // closed by Close: live reads end
 	once sync.Once
+	// readers counts each principal's reads in progress (Config.MaxReaders).
+	readers quota.Counts
 }
 
 // Close ends the live reads (long-polls answer 204, SSE responses end) so that an HTTP
@@ -181,6 +213,18 @@ func (h *Handler) name(path string) string {
 	return ""
 }
 
+// crossSiteCookie reports whether r would be authenticated by Config.Cookie from a browser
+// origin the gateway does not allow.
+func (h *Handler) crossSiteCookie(r *http.Request) bool {
+	if h.cfg.Cookie == "" || r.Header.Get("Authorization") != "" {
+		return false
+	}
+	if _, err := r.Cookie(h.cfg.Cookie); err != nil {
+		return false
+	}
+	return !origin.Allowed(r, h.cfg.OriginPatterns)
+}
+
 // ServeHTTP serves one request.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd := w.Header()
@@ -192,6 +236,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	hd.Set("Cross-Origin-Resource-Policy", "cross-origin")
 	if r.Method == http.MethodOptions {
 		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	if h.crossSiteCookie(r) {
+		http.Error(w, "cross-origin request with a cookie", http.StatusForbidden)
 		return
 	}
 	name := h.name(r.URL.Path)
@@ -210,6 +258,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		h.append(w, r, principal, name)
 	case http.MethodGet:
+		if !h.holdReader(w, principal) {
+			return
+		}
+		defer h.readers.Put(principal)
 		h.read(w, r, principal, name)
 	case http.MethodHead:
 		h.head(w, r, principal, name)
@@ -222,6 +274,23 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 	}
+}
+
+// holdReader takes one of principal's reads (Config.MaxReaders), or answers 429 and reports
+// false.
+func (h *Handler) holdReader(w http.ResponseWriter, principal string) bool {
+	max := h.cfg.MaxReaders
+	if n, ok := h.cfg.PrincipalReaders[principal]; ok && n > 0 {
+		max = n
+	}
+	if h.readers.Take(principal, max) {
+		return true
+	}
+	if h.cfg.Refused != nil {
+		h.cfg.Refused()
+	}
+	http.Error(w, MsgTooManyReaders, http.StatusTooManyRequests)
+	return false
 }
 
 // fail answers err with its status.

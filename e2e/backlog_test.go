@@ -52,21 +52,7 @@ func TestBacklogDuringOutage(t *testing.T) {
 	pid := gw.cmd.Process.Pid
 	base := rssKiB(t, pid, "VmRSS")
 
-	checks := make([]*turnCheck, turns)
-	var started sync.WaitGroup
-	var ended sync.WaitGroup
-	for i := range checks {
-		tc := &turnCheck{runID: fmt.Sprintf("outage-%03d", i), tokens: tokens}
-		checks[i] = tc
-		c := startTurn(t, ctx, gw, tc.runID, fmt.Sprintf(`{"tokens":%d,"intervalMs":0}`, tokens))
-		started.Add(1)
-		ended.Add(1)
-		go func() {
-			defer ended.Done()
-			tc.follow(ctx, gw, c, started.Done)
-		}()
-	}
-	started.Wait() // every turn is producing
+	checks, ended := startChecks(t, ctx, gw, "outage", turns, tokens)
 
 	down.Store(true)
 	px.Cut()
@@ -116,6 +102,29 @@ func TestBacklogDuringOutage(t *testing.T) {
 	if peak-base > limit {
 		t.Errorf("gateway RSS grew by %d MiB during the outage, want at most %d MiB", (peak-base)>>10, limit>>10)
 	}
+}
+
+// startChecks starts turns demo turns of tokens deltas at full speed on gw, runIds
+// prefix-000…, each followed by a turnCheck, and returns once every one is producing, with
+// the wait group that ends when all of them have ended.
+func startChecks(t *testing.T, ctx context.Context, gw *gateway, prefix string, turns, tokens int) ([]*turnCheck, *sync.WaitGroup) {
+	t.Helper()
+	checks := make([]*turnCheck, turns)
+	var started sync.WaitGroup
+	ended := &sync.WaitGroup{}
+	for i := range checks {
+		tc := &turnCheck{runID: fmt.Sprintf("%s-%03d", prefix, i), tokens: tokens}
+		checks[i] = tc
+		c := startTurn(t, ctx, gw, tc.runID, fmt.Sprintf(`{"tokens":%d,"intervalMs":0}`, tokens))
+		started.Add(1)
+		ended.Add(1)
+		go func() {
+			defer ended.Done()
+			tc.follow(ctx, gw, c, started.Done)
+		}()
+	}
+	started.Wait() // every turn is producing
+	return checks, ended
 }
 
 // turnCheck follows one demo turn and checks, event by event without keeping them, that its

@@ -137,7 +137,7 @@ func TestClusterResumeOnOtherGateway(t *testing.T) {
 // gets every event stored before the kill, then RUN_ERROR code producer_lost, then the close,
 // within the lease TTL plus 5 s of the kill.
 func TestClusterGatewayKilled(t *testing.T) {
-	top := startTopology(t, "--lease-ttl", testLeaseTTL.String())
+	top := startTopology(t, "--lease-ttl", testLeaseTTL.String(), "--takeover", "off")
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	const tokens = 5000
@@ -300,7 +300,7 @@ func TestClusterRollingRestart(t *testing.T) {
 // appends were retried), new turns run, the logs written before are served, and the reaper
 // still ends the turns of a gateway killed after the outage.
 func TestClusterNATSOutage(t *testing.T) {
-	top := startTopology(t, "--lease-ttl", testLeaseTTL.String())
+	top := startTopology(t, "--lease-ttl", testLeaseTTL.String(), "--takeover", "off")
 	ctx, cancel := context.WithTimeout(context.Background(), 110*time.Second)
 	defer cancel()
 	gws := []*gateway{top.A, top.B}

@@ -63,12 +63,23 @@ func natsServerBinary(tb testing.TB) string {
 // freePort returns a loopback TCP port that was free a moment ago.
 func freePort(tb testing.TB) int {
 	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
+	return freePorts(tb, 1)[0]
+}
+
+// freePorts returns n distinct loopback TCP ports free a moment ago: every listener is held
+// until all n are picked, so that no two of them are the same port.
+func freePorts(tb testing.TB, n int) []int {
+	tb.Helper()
+	ports := make([]int, 0, n)
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			tb.Fatal(err)
+		}
+		defer ln.Close()
+		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // natsNode is one nats-server process of a test cluster. It keeps its ports and store
@@ -166,19 +177,23 @@ type natsCluster struct {
 
 // startNATSCluster starts three clustered JetStream nats-server processes, each storing in
 // its own temporary directory, waits until every node reports healthy (JetStream up, a meta
-// leader elected), and stops them when the test ends. A node that cannot bind a port picked
-// a moment before (taken meanwhile by another process) makes it start again on new ports.
+// leader elected), and stops them when the test ends. A cluster that does not come up (a port
+// picked a moment before and taken meanwhile by another process, a node that exits, no meta
+// leader within startTimeout) is stopped, its nodes' logs printed, and started again on new
+// ports and directories, up to three times: the tests are about the gateways, not about
+// nats-server's bootstrap.
 func startNATSCluster(tb testing.TB) *natsCluster {
 	tb.Helper()
 	for attempt := 1; ; attempt++ {
 		c := &natsCluster{}
 		var routes, urls []string
+		ports := freePorts(tb, 9)
 		for i := range 3 {
 			n := &natsNode{
 				Name:        fmt.Sprintf("n%d", i+1),
-				Port:        freePort(tb),
-				ClusterPort: freePort(tb),
-				HTTPPt:      freePort(tb),
+				Port:        ports[3*i],
+				ClusterPort: ports[3*i+1],
+				HTTPPt:      ports[3*i+2],
 				dir:         tb.TempDir(),
 			}
 			c.Nodes = append(c.Nodes, n)
@@ -196,10 +211,13 @@ func startNATSCluster(tb testing.TB) *natsCluster {
 			return c
 		}
 		c.stop(tb)
-		if attempt == 3 || !strings.Contains(err.Error(), "address already in use") {
+		for _, n := range c.Nodes {
+			tb.Logf("nats-server %s log (tail):\n%s", n.Name, tail(n.logs.String(), 40))
+		}
+		if attempt == 3 {
 			tb.Fatal(err)
 		}
-		tb.Logf("starting the NATS cluster again on other ports: %v", err)
+		tb.Logf("starting the NATS cluster again on other ports (attempt %d): %v", attempt+1, err)
 	}
 }
 
@@ -225,8 +243,10 @@ func (c *natsCluster) waitHealthy(nodes ...*natsNode) error {
 			if err == nil && status == 200 {
 				break
 			}
-			if !n.running() {
-				return fmt.Errorf("nats-server %s exited while starting:\n%s", n.Name, tail(n.logs.String(), 10))
+			for _, m := range nodes {
+				if !m.running() {
+					return fmt.Errorf("nats-server %s exited while starting:\n%s", m.Name, tail(m.logs.String(), 10))
+				}
 			}
 			select {
 			case <-ctx.Done():

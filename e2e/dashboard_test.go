@@ -40,6 +40,11 @@ var dashboardMetrics = []string{
 	"wsgateway_jetstream_runs_reaped_total",
 	"wsgateway_conversation_limit_refusals_total",
 	"wsgateway_jetstream_ready",
+	"wsgateway_agent_time_to_first_token_seconds_bucket",
+	"wsgateway_agent_inter_token_seconds_bucket",
+	"wsgateway_agent_tokens_per_second_bucket",
+	"wsgateway_agent_turn_duration_seconds_bucket",
+	"wsgateway_agent_tokens_total",
 }
 
 // series is what /metrics exposes: metric name → label name → values seen.

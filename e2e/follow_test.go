@@ -32,7 +32,7 @@ func startThreadGateways(tb testing.TB) *threadGateways {
 	tb.Helper()
 	key, pemFile := newJWTKey(tb)
 	args := []string{"--auth", "jwt", "--jwt-key-file", pemFile, "--jwt-audience", secAudience, "--jwt-issuer", secIssuer,
-		"--lease-ttl", "2s"}
+		"--lease-ttl", "2s", "--takeover", "off"}
 	g1 := startGateway(tb, args...)
 	g2 := startGateway(tb, append(slices.Clone(args), "--nats-url", g1.NATSURL)...)
 	return &threadGateways{g1: g1, g2: g2, key: key, args: args}

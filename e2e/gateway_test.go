@@ -41,6 +41,12 @@ const (
 // 0 on SIGTERM fails the test. Its log is printed when the test failed.
 func startGateway(tb testing.TB, args ...string) *gateway {
 	tb.Helper()
+	return startGatewayEnv(tb, nil, args...)
+}
+
+// startGatewayEnv is startGateway with the environment variables env (NAME=value) besides PATH.
+func startGatewayEnv(tb testing.TB, env []string, args ...string) *gateway {
+	tb.Helper()
 	if buildErr != nil {
 		tb.Fatalf("building the gateway: %v", buildErr)
 	}
@@ -52,7 +58,7 @@ func startGateway(tb testing.TB, args ...string) *gateway {
 		"--drain-timeout", "2s",
 	}, args...)
 	cmd := exec.Command(gatewayBin, args...)
-	cmd.Env = []string{"PATH=/usr/bin:/bin"} // no WSGATEWAY_* from the test's environment
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...) // no WSGATEWAY_* from the test's environment
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		tb.Fatal(err)

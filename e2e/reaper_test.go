@@ -26,7 +26,7 @@ import (
 func TestReaperEndsEveryLogOnce(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	host := startGateway(t, "--lease-ttl", "2s") // holds NATS; its reaper ends the logs
+	host := startGateway(t, "--lease-ttl", "2s", "--takeover", "off") // holds NATS; its reaper ends the logs
 	const tokens = 20
 	tests := []struct {
 		name string
@@ -45,7 +45,7 @@ func TestReaperEndsEveryLogOnce(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			var down atomic.Bool
 			px := tcpproxy.Start(t, strings.TrimPrefix(host.NATSURL, "nats://"), func([]byte) bool { return down.Load() })
-			p := startGateway(t, "--nats-url", "nats://"+px.Addr(), "--lease-ttl", "2s")
+			p := startGateway(t, "--nats-url", "nats://"+px.Addr(), "--lease-ttl", "2s", "--takeover", "off")
 			runID := fmt.Sprintf("stopped-%d", i)
 			c := startTurn(t, ctx, p, runID, fmt.Sprintf(`{"tokens":%d,"intervalMs":20}`, tokens))
 			f := &follower{runID: runID}

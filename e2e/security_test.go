@@ -94,7 +94,7 @@ func startSecGateway(tb testing.TB) *secGateway {
 		"--max-event-bytes", strconv.Itoa(secMaxEventBytes),
 		"--agent-idle-timeout", secAgentIdle.String(),
 		"--max-principal-sockets", strconv.Itoa(secPrincipalSockets),
-		"--run-frame-burst", strconv.Itoa(secRunFrameBurst))
+		"--run-frame-burst", strconv.Itoa(secRunFrameBurst), "--principal-turn-burst", strconv.Itoa(secRunFrameBurst))
 	return &secGateway{gateway: gw, key: key, pemFile: pemFile}
 }
 
@@ -162,7 +162,9 @@ func runFrameJSON(tb testing.TB, runID, demoOpts string, texts ...string) []byte
 	tb.Helper()
 	msgs := make([]map[string]any, len(texts))
 	for i, text := range texts {
-		msgs[i] = map[string]any{"id": fmt.Sprintf("u%d", i), "role": "user", "content": text}
+		// Ids of this run's own: a message posted again under an id the thread holds is that
+		// message (THREADS.md section 5), whatever its content now.
+		msgs[i] = map[string]any{"id": fmt.Sprintf("%s-u%d", runID, i), "role": "user", "content": text}
 	}
 	b, err := json.Marshal(map[string]any{"threadId": "t", "runId": runID, "messages": msgs,
 		"forwardedProps": map[string]any{"demo": json.RawMessage(demoOpts)}})

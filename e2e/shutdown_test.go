@@ -18,10 +18,10 @@ import (
 func TestShutdownTimeout(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	host := startGateway(t, "--lease-ttl", "3s") // holds the NATS server; its reaper ends the turn
+	host := startGateway(t, "--lease-ttl", "3s", "--takeover", "off") // holds the NATS server; its reaper ends the turn
 	var down atomic.Bool
 	px := tcpproxy.Start(t, strings.TrimPrefix(host.NATSURL, "nats://"), func([]byte) bool { return down.Load() })
-	gw := startGateway(t, "--nats-url", "nats://"+px.Addr(), "--lease-ttl", "3s",
+	gw := startGateway(t, "--nats-url", "nats://"+px.Addr(), "--lease-ttl", "3s", "--takeover", "off",
 		"--drain-timeout", "1s", "--shutdown-timeout", "2s")
 	c := startTurn(t, ctx, gw, "stopped-in-outage", `{"tokens":100000,"intervalMs":20}`)
 	f := &follower{runID: "stopped-in-outage"}

@@ -7,6 +7,7 @@ import (
 	"net/url"
 	"reflect"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -251,18 +252,24 @@ func TestTanstackTwoTurnsOneSocket(t *testing.T) {
 // the turn exactly once, in order. In the second case the proxy sends the reconnect to another
 // gateway process sharing the first one's NATS, as a load balancer may.
 func TestTanstackResumesAfterDrop(t *testing.T) {
-	for _, otherGateway := range []bool{false, true} {
-		name := "same gateway"
-		if otherGateway {
-			name = "other gateway"
-		}
-		t.Run(name, func(t *testing.T) {
-			gw := startGateway(t)
-			px := tcpproxy.Start(t, gw.Addr, nil)
-			var other *gateway
-			if otherGateway {
-				other = startGateway(t, "--nats-url", gw.NATSURL)
+	for _, c := range []struct {
+		name string
+		// otherGateway: the client reconnects to another gateway; killed: the gateway
+		// running the turn is killed (kill -9) at the drop, and the other takes it over.
+		otherGateway, killed bool
+	}{{"same gateway", false, false}, {"other gateway", true, false}, {"gateway killed", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			var gw, other *gateway
+			if c.killed {
+				other = startGateway(t, "--lease-ttl", "2s") // holds NATS, takes the turn over
+				gw = startGateway(t, "--nats-url", other.NATSURL, "--lease-ttl", "2s")
+			} else {
+				gw = startGateway(t)
+				if c.otherGateway {
+					other = startGateway(t, "--nats-url", gw.NATSURL)
+				}
 			}
+			px := tcpproxy.Start(t, gw.Addr, nil)
 			spec := turnSpec{RunID: "run-drop", Text: "x", ForwardedProps: demoProps(map[string]any{"tokens": 60, "intervalMs": 25})}
 			cut := 0
 			var res struct {
@@ -277,6 +284,9 @@ func TestTanstackResumesAfterDrop(t *testing.T) {
 					px.SetTarget(other.Addr)
 				}
 				cut = px.Cut()
+				if c.killed {
+					gw.signal(t, syscall.SIGKILL)
+				}
 			}
 			runNode(t, tanstackScript, onProgress, &res, "resume", "ws://"+px.Addr()+"/ws",
 				options(t, map[string]any{"runId": spec.RunID, "text": spec.Text, "forwardedProps": spec.ForwardedProps, "cutAfter": 5}))

@@ -17,7 +17,8 @@
 //   - Store.Read returns a Reader of the events strictly after an offset (or FromStart,
 //     FromNow): Next blocks while the log is open and returns io.EOF after the close; After
 //     is the offset it reads after, FromNow resolved. Store.Snapshot returns what is stored;
-//     Store.Run the run's metadata.
+//     Store.Run the run's metadata; Store.LastEvent waits for the close and returns the last
+//     event, reading what is stored from then on and one batch, not the log.
 //   - Store.RequestAbort asks every store sharing the stream to abort a principal's run;
 //     Store.OnAbort delivers those requests (core NATS, at most once).
 //   - Threads: Store.ThreadKey names a (principal, threadId) on the wire by a hash;
@@ -45,7 +46,8 @@
 // principals never share one. A message holds a batch of events (each a uvarint length and
 // its bytes) and the header Wsg-Gen (the generation). Control records carry the header
 // Wsg-Ctl: "open" starts a generation on an empty subject (after purging an earlier
-// generation's events, or strays that outlived their metadata), "close" ends the log. Run
+// generation's events, or strays that outlived their metadata), "close" ends the log and names,
+// in Wsg-After, the sequence of the log's message before it (its terminal's batch). Run
 // metadata (RunInfo) and leases live in KV buckets keyed by a hash of the runId alone: a
 // runId belongs to at most one principal.
 //
@@ -54,8 +56,10 @@
 // principal's threads are listed by a key filter and no key reveals a principal or a threadId.
 // A value holds the thread's runs, title, times and transcript; it is written by
 // compare-and-set on its revision (retried on a conflict: two gateways lose no update, a reader
-// never sees half of one). A transcript too large for one message keeps its newest messages
-// that fit (Thread.Dropped counts the others).
+// never sees half of one). A thread too large for one message is written across parts, keys
+// "<thread key>.<write's id>.<i>" whose values, concatenated, are its JSON; its value is then
+// its head (threadValue: no transcript, only its running run) naming them. No message is left
+// out.
 //
 // # Invariants
 //
@@ -94,6 +98,16 @@
 //     its lease expired (retried until JetStream answers). A resubmit takes the lease
 //     before it touches the metadata or the log; a reaper whose claim was overtaken backs
 //     off. Expiry is judged by the reaper's clock.
+//   - Takeover (takeover.go): a run created WithInput keeps its input in its open record
+//     (RunInfo.Replay). When such a run's lease expires and the store has a takeover handler
+//     (OnTakeover), its reaper, having claimed the lease, takes the run instead of closing
+//     it, at most Config.MaxTakeovers times: it reads the stored events, moves the lease to
+//     its own liveness key, names itself in the metadata (Takeovers+1), and publishes the
+//     control record "takeover" after the subject's last message, which fences the old
+//     producer out (its next publish expects that message's sequence) and tells a reader
+//     starting at the tail the offset of the last event. The handler gets the input, the
+//     stored events and a Writer that appends after them; the writer finishes the run's
+//     thread after its close, as the reaper would have.
 //   - An outage spares live producers: a reaper claims expired leases only once JetStream
 //     has answered its store for a whole LeaseTTL, time for every live store to renew.
 //   - The Readers of one store that follow the live end of one log share one ephemeral

@@ -13,10 +13,7 @@ import (
 // goes on: no reaper (of its own store or another's) ends the run with producer_lost, and
 // every event, those appended during the outage included, is stored once and in order.
 func TestOutageSparesLiveProducers(t *testing.T) {
-	opts := server.Options{Port: freePort(t), StoreDir: t.TempDir()}
-	ns := startServer(t, opts)
-	cfg := testConfig(t)
-	cfg.URLs = ns.ClientURL()
+	opts, ns, cfg := restartableServer(t)
 	cfg.LeaseTTL = 1500 * time.Millisecond
 	cfg.ReapInterval = 250 * time.Millisecond
 	cfg.PublishTimeout = time.Second

@@ -15,6 +15,9 @@ import (
 
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/wsgateway/wsgateway/internal/tracing"
 )
 
 // Entry is one stored event and its offset.
@@ -58,10 +61,14 @@ type Reader struct {
 	// that far or is closed.
 	behindTo uint64
 	counted  atomic.Bool
-	// sawClose says the close record was read.
-	sawClose bool
+	// sawClose says the close record was read; closedAfter is its hdrAfter, once the reader
+	// met the close record (0 when it names none).
+	sawClose    bool
+	closedAfter uint64
 	// after is the offset the reader reads after, FromNow resolved (see After).
 	after string
+	// traced is the run's trace context (RunInfo.TraceParent), see TraceContext.
+	traced trace.SpanContext
 
 	// ctx is canceled by Close and by the store's Close: it aborts the consumer's creation.
 	ctx    context.Context
@@ -157,6 +164,9 @@ func (s *Store) open(ctx context.Context, principal, runID, after string, snapsh
 		return nil, err
 	}
 	r := &Reader{s: s, st: sh.stream, subject: subject, tag: tag, gen: info.Generation, after: after}
+	if info.TraceParent != "" {
+		r.traced = tracing.Parse(info.TraceParent, info.TraceState)
+	}
 	if snapshot {
 		if last == nil {
 			r.eof = true
@@ -252,9 +262,13 @@ func (r *Reader) startAtTail(last *natsjs.RawStreamMsg) {
 	}
 	if last.Header.Get(hdrCtl) == ctlClose {
 		r.eof = true
+		r.closedAfter, _ = strconv.ParseUint(last.Header.Get(hdrAfter), 10, 64)
 		return
 	}
 	r.next = last.Sequence + 1
+	if last.Header.Get(hdrCtl) == ctlTakeover && len(last.Data) > 0 {
+		r.after = string(last.Data)
+	}
 	if last.Header.Get(hdrCtl) == "" {
 		if events, err := decodeBatch(last.Data); err == nil && len(events) > 0 {
 			r.after = position{gen: r.gen, seq: last.Sequence, idx: len(events) - 1, tag: r.tag}.String()
@@ -424,6 +438,10 @@ func (r *Reader) queue(seq uint64, events [][]byte, first int) {
 	}
 }
 
+// TraceContext returns the span context of the run's turn, as its metadata recorded it when
+// the log was created; invalid when the turn was not traced.
+func (r *Reader) TraceContext() trace.SpanContext { return r.traced }
+
 // After returns the offset the reader reads strictly after: the one Read was given, or for
 // FromNow the offset of the last event stored when it opened (FromStart when there was none).
 // A reader that failed before it returned anything is reopened after it, without a gap.
@@ -455,9 +473,10 @@ func (r *Reader) Next(ctx context.Context) (Entry, error) {
 		switch h.Get(hdrCtl) {
 		case ctlClose:
 			r.eof, r.sawClose = true, true
+			r.closedAfter, _ = strconv.ParseUint(h.Get(hdrAfter), 10, 64)
 			r.stop()
 			continue
-		case ctlOpen:
+		case ctlOpen, ctlTakeover:
 			if r.stopAt != 0 && seq >= r.stopAt {
 				r.eof = true
 				r.stop()
@@ -663,6 +682,73 @@ func (r *Reader) caughtUp() {
 	if r.counted.CompareAndSwap(true, false) {
 		r.s.behind.Add(-1)
 	}
+}
+
+// LastEvent waits until the run's log is closed and returns its last event (nil when it holds
+// none) without reading the log through: a Reader from its tail (FromNow) reads what is
+// stored until the close, and when that is no event, one direct get reads the batch the close
+// record names (hdrAfter), which ends with the terminal. A run with no log yet is waited for up
+// to JoinWait, as by a FromStart Read; a log closed by a gateway whose close records name no
+// batch is read from its start. Errors as Read's.
+func (s *Store) LastEvent(ctx context.Context, principal, runID string) ([]byte, error) {
+	if _, err := s.awaitRun(ctx, principal, runID, true); err != nil {
+		return nil, fmt.Errorf("last event: %w", err)
+	}
+	r, err := s.open(ctx, principal, runID, FromNow, false)
+	if err != nil {
+		return nil, fmt.Errorf("last event: %w", err)
+	}
+	last, err := r.last(ctx)
+	if err == nil && last == nil && r.closedAfter != 0 {
+		last, err = r.lastOfBatch(ctx, r.closedAfter)
+	}
+	legacy := err == nil && last == nil && r.closedAfter == 0
+	r.Close()
+	if legacy {
+		if r, err = s.open(ctx, principal, runID, FromStart, false); err == nil {
+			last, err = r.last(ctx)
+			r.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("last event: %w", err)
+	}
+	return last, nil
+}
+
+// last reads r to the log's close and returns the last event it read, nil if none.
+func (r *Reader) last(ctx context.Context) ([]byte, error) {
+	var last []byte
+	for {
+		e, err := r.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return last, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		last = e.Event
+	}
+}
+
+// lastOfBatch returns the last event of the log's message at seq: nil for the open record, or
+// a message gone (aged out).
+func (r *Reader) lastOfBatch(ctx context.Context, seq uint64) ([]byte, error) {
+	m, err := r.st.GetMsg(ctx, seq)
+	if errors.Is(err, natsjs.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if m.Subject != r.subject || msgGen(m.Header) != r.gen || m.Header.Get(hdrCtl) != "" {
+		return nil, nil
+	}
+	events, err := decodeBatch(m.Data)
+	if err != nil || len(events) == 0 {
+		return nil, err
+	}
+	return events[len(events)-1], nil
 }
 
 // Snapshot returns what the run's log holds now, without waiting; closed says whether the

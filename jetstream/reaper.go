@@ -383,6 +383,11 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 		if l, err := s.leases.Get(ctx, key); err != nil || l.Revision() != leaseRev {
 			return nil
 		}
+		if !terminal {
+			if taken, err := s.takeOver(ctx, key, e, info, sh, m, leaseRev); taken || err != nil {
+				return err
+			}
+		}
 		id := fmt.Sprintf("reap.%s.%d.%d", key, info.Generation, last)
 		if a == nil {
 			if a, err = s.newAcks(); err != nil {

@@ -17,6 +17,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/budget"
 )
 
 // Errors returned by the store. Callers compare with errors.Is.
@@ -83,6 +85,9 @@ type Config struct {
 	LeaseTTL time.Duration
 	// ReapInterval is how often the reaper looks for expired leases (default LeaseTTL/3).
 	ReapInterval time.Duration
+	// MaxTakeovers bounds the takeovers of one run (Store.OnTakeover); one whose producer
+	// dies again after as many is reaped (default DefaultMaxTakeovers; negative: none).
+	MaxTakeovers int
 	// JoinWait is how long a "-1" Read waits for a run that has no log yet (default 2s).
 	JoinWait time.Duration
 	// MaxBatchBytes caps the body of one batch message (default 512 KiB, at most the
@@ -90,13 +95,18 @@ type Config struct {
 	MaxBatchBytes int
 
 	// MaxRunBacklog bounds the bytes of one writer's events appended and not yet stored
-	// (each event counted with backlogOverhead bytes of bookkeeping): Writer.WaitRoom waits
-	// while the writer's backlog is at it (default 8 MiB).
+	// (each event counted with backlogOverhead bytes of bookkeeping, and the batch being
+	// published counted again for its message's body): Writer.WaitRoom waits while the
+	// writer's backlog is at it (default 8 MiB).
 	MaxRunBacklog int64
 	// MaxBacklog bounds the same over every writer of the store (default 256 MiB):
 	// WaitRoom waits while the store's backlog is at it, unless the writer's own backlog is
 	// empty (so every run makes progress; the store may then exceed it by one event a run).
 	MaxBacklog int64
+	// Budget is the gateway's memory budget (package budget), nil for none: the backlog is
+	// charged to it, and WaitRoom also waits while it has no room (half its limit), unless
+	// the writer's own backlog is empty.
+	Budget *budget.Budget
 
 	// Owner names this process in run metadata and leases (default host-pid-random).
 	Owner string
@@ -151,6 +161,9 @@ func (c Config) withDefaults() (Config, error) {
 	defd(&c.JoinWait, 2*time.Second)
 	if c.MaxBatchBytes == 0 {
 		c.MaxBatchBytes = 512 << 10
+	}
+	if c.MaxTakeovers == 0 {
+		c.MaxTakeovers = DefaultMaxTakeovers
 	}
 	if c.MaxRunBacklog == 0 {
 		c.MaxRunBacklog = DefaultMaxRunBacklog
@@ -237,6 +250,9 @@ const (
 	hdrCtl       = "Wsg-Ctl"
 	ctlClose     = "close" // the log is closed: readers stop here
 	ctlOpen      = "open"  // a generation starts: readers skip it
+	// hdrAfter is the close record's: the sequence of the log's message before it (the
+	// batch that ends with the terminal, or the open record of a log without events).
+	hdrAfter = "Wsg-After"
 )
 
 // Store is a connection to the run log. It is safe for concurrent use.
@@ -261,12 +277,8 @@ type Store struct {
 	answering atomic.Int64
 
 	// backlog is the bytes appended to this store's writers and not yet stored or failed
-	// (Config.MaxBacklog); waiting counts the WaitRoom calls waiting for room, woken by
-	// closing room (under roomMu) when a writer's backlog shrinks.
-	backlog atomic.Int64
-	waiting atomic.Int64
-	roomMu  sync.Mutex
-	room    chan struct{}
+	// (Config.MaxBacklog), a share of Config.Budget; WaitRoom waits on it.
+	backlog *budget.Budget
 
 	// liveKey is this store's liveness key in the lease bucket, which its writers' run
 	// leases name (lease.Live) and renewLoop renews; kick wakes renewLoop for releases.
@@ -295,10 +307,11 @@ type Store struct {
 
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
-	byKey    map[string]*Writer // the newest writer of each run key
-	releases map[string]uint64  // run leases to release (key: revision), see forget
-	idleAcks []*acks            // inboxes released by writers, still subscribed (acks.release)
-	toFinish []RunInfo          // reaped runs whose threads the reaper finishes after its pass
+	byKey    map[string]*Writer  // the newest writer of each run key
+	releases map[string]uint64   // run leases to release (key: revision), see forget
+	idleAcks []*acks             // inboxes released by writers, still subscribed (acks.release)
+	toFinish []RunInfo           // reaped runs whose threads the reaper finishes after its pass
+	takeover func(Takeover) bool // OnTakeover's handler; nil: runs are reaped
 	closed   bool
 	once     sync.Once
 	closeErr error // of Close, set once
@@ -316,7 +329,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
 		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, catchUps: map[string]*catchUps{}, holds: map[string]*threadHold{},
-		room: make(chan struct{}), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
+		backlog: cfg.Budget.Share(cfg.MaxBacklog), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
 		creates: make(chan struct{}, maxCreates)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	url := cfg.URLs
@@ -593,25 +606,7 @@ func (s *Store) sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Backlog returns the bytes appended to this store's writers that are not stored yet.
-func (s *Store) Backlog() int64 { return s.backlog.Load() }
-
-// roomChan returns the channel closed at the next shrink of a backlog.
-func (s *Store) roomChan() <-chan struct{} {
-	s.roomMu.Lock()
-	defer s.roomMu.Unlock()
-	return s.room
-}
-
-// shrunk wakes the WaitRoom calls waiting, if any.
-func (s *Store) shrunk() {
-	if s.waiting.Load() == 0 {
-		return
-	}
-	s.roomMu.Lock()
-	close(s.room)
-	s.room = make(chan struct{})
-	s.roomMu.Unlock()
-}
+func (s *Store) Backlog() int64 { return s.backlog.Used() }
 
 // jsAnswered records that JetStream answered a request (a refusal is an answer too).
 func (s *Store) jsAnswered() {

@@ -613,3 +613,56 @@ func TestCreateOverStrays(t *testing.T) {
 	}
 	checkEntries(t, "log over strays", readAll(t, r), events, offs)
 }
+
+// TestCreateFailedLeavesNoRun: a Create whose open record fails (not fenced: the stream
+// refuses it) answers the error and leaves no lease and no metadata, so the run is unknown
+// to readers instead of open for ever; a later Create of the run starts it.
+func TestCreateFailedLeavesNoRun(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	info, err := s.firstStream().Info(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc := info.Config
+	limit := sc.MaxMsgSize
+	sc.MaxMsgSize = 16 // smaller than the open record's headers
+	if _, err := s.JetStream().UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if w, err := s.Create(ctx, "p1", "r1", ""); err == nil {
+		w.Close(ctx)
+		t.Fatal("Create with the open record refused = nil error, want the refusal")
+	}
+	sc.MaxMsgSize = limit
+	if _, err := s.JetStream().UpdateStream(ctx, sc); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.leases.Get(ctx, runKey("r1")); !errors.Is(err, natsjs.ErrKeyNotFound) {
+		t.Errorf("lease after the failed Create: %v, want none", err)
+	}
+	if _, err := s.Run(ctx, "p1", "r1"); !errors.Is(err, ErrUnknownRun) {
+		t.Errorf("Run after the failed Create = %v, want ErrUnknownRun", err)
+	}
+	if r, err := s.Read(ctx, "p1", "r1", FromStart); !errors.Is(err, ErrUnknownRun) {
+		if r != nil {
+			r.Close()
+		}
+		t.Errorf("Read after the failed Create = %v, want ErrUnknownRun (a reader would tail for ever)", err)
+	}
+	w, err := s.Create(ctx, "p1", "r1", "")
+	if err != nil {
+		t.Fatalf("Create again: %v", err)
+	}
+	offsets := mustAppend(t, w, [][]byte{event("r1", 0)})
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Read(ctx, "p1", "r1", FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	checkEntries(t, "the run created again", readAll(t, r), [][]byte{event("r1", 0)}, offsets)
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -43,8 +44,8 @@ type ThreadRun struct {
 // transcript, as one KV value.
 type Thread struct {
 	ThreadHead
-	// Dropped counts the oldest messages left out of Transcript so that the value fits in
-	// one NATS message (see ThreadStore's doc).
+	// Dropped counts the oldest messages that a value written before threads were split
+	// across parts left out of Transcript to fit in one NATS message; none are left out now.
 	Dropped    int               `json:"dropped,omitempty"`
 	Transcript thread.Transcript `json:"transcript"`
 }
@@ -123,9 +124,8 @@ const threadAttempts = 100
 // wait for it.
 type threadHold struct {
 	mu   sync.Mutex
-	refs int    // updates holding or waiting; guarded by Store.holdsMu
-	val  []byte // the value the previous update wrote, at revision rev; nil: read it
-	rev  uint64
+	refs int         // updates holding or waiting; guarded by Store.holdsMu
+	val  *threadRead // what the previous update wrote; nil: read it
 }
 
 // hold returns the thread key's hold, locked.
@@ -162,46 +162,34 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 	h := s.hold(key)
 	defer s.release(key, h)
 	for attempt := 0; attempt < threadAttempts; attempt++ {
-		var t Thread
-		val, rev := h.val, h.rev // what the previous update wrote, if it did
-		h.val = nil              // the next attempt reads the thread
-		read := val != nil
-		if !read && ahead != nil {
+		r := h.val  // what the previous update wrote, if it did
+		h.val = nil // the next attempt reads the thread
+		if r == nil && ahead != nil {
 			<-ahead.done
-			val, rev, read = ahead.val, ahead.rev, ahead.err == nil
+			if ahead.err == nil {
+				r = ahead.r
+			}
 		}
 		ahead = nil
-		if !read {
+		if r == nil {
 			var err error
-			if val, rev, err = s.readThread(ctx, key); err != nil {
+			if r, err = s.readThread(ctx, key); err != nil {
 				return err
 			}
 		}
-		if val != nil {
-			if err := json.Unmarshal(val, &t); err != nil {
-				return fmt.Errorf("thread: %w", err)
-			}
-		}
-		exists := rev != 0 && t.Principal == principal && t.ThreadID == threadID
+		t := r.t
+		exists := r.rev != 0 && t.Principal == principal && t.ThreadID == threadID
 		if !exists {
-			t = Thread{}
+			t = &Thread{}
 		}
-		changed, err := f(&t, exists)
+		changed, err := f(t, exists)
 		if err != nil || !changed {
 			return err
 		}
 		t.Principal, t.ThreadID = principal, threadID
-		b, err := s.encodeThread(&t)
-		if err != nil {
-			return err
-		}
-		if rev == 0 {
-			rev, err = s.threads.Create(ctx, key, b)
-		} else {
-			rev, err = s.threads.Update(ctx, key, b, rev)
-		}
+		w, err := s.writeThread(ctx, key, t, r)
 		if err == nil {
-			h.val, h.rev = b, rev
+			h.val = w
 			return nil
 		}
 		if !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
@@ -219,60 +207,162 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 	return errors.New("thread: too many concurrent updates")
 }
 
-// encodeThread marshals t. When that does not fit in one NATS message (the server's max
-// payload less room for headers), the transcript keeps only its newest messages that fit,
-// possibly none (a single message larger than that); Dropped counts the others.
-func (s *Store) encodeThread(t *Thread) ([]byte, error) {
+// threadRead is a thread as read from (or written to) the bucket: its value decoded, its
+// revision (0: none) and the parts its value names (nil: none).
+type threadRead struct {
+	t     *Thread
+	rev   uint64
+	parts *threadParts
+}
+
+// threadParts names the records that hold a thread too large for one NATS message: keys
+// <thread key>.<ID>.<i> for i in [0, N), whose values, concatenated, are the thread's JSON.
+// Each write of such a thread writes its parts under a new ID before the compare-and-set of
+// its value, so that a reader never mixes two writes, and purges the parts of the value it
+// replaced after.
+type threadParts struct {
+	ID string `json:"id"`
+	N  int    `json:"n"`
+}
+
+// threadValue is the value under a thread's key: the whole thread, or, when that does not
+// fit in one NATS message, its head (with its running runs only) and the parts that hold it.
+type threadValue struct {
+	Thread
+	Parts *threadParts `json:"parts,omitempty"`
+}
+
+// writeThread writes t under key, conditionally on prev's revision (created if none), and
+// returns what it wrote. A thread whose JSON does not fit in one NATS message (the server's
+// max payload less room for headers) is split across parts (threadParts); no message is
+// ever left out.
+func (s *Store) writeThread(ctx context.Context, key string, t *Thread, prev *threadRead) (*threadRead, error) {
 	limit := int(s.nc.MaxPayload()) - 4096
-	b, err := json.Marshal(t)
-	if err != nil || len(b) <= limit {
-		return b, err
-	}
-	msgs := t.Transcript.Messages
-	t.Transcript.Messages = nil
-	rest, err := json.Marshal(t)
+	b, err := json.Marshal(threadValue{Thread: *t})
 	if err != nil {
 		return nil, err
 	}
-	room := limit - len(rest)
-	keep := len(msgs)
-	for keep > 0 {
-		m, err := json.Marshal(msgs[keep-1])
-		if err != nil {
+	var parts *threadParts
+	if len(b) > limit {
+		if parts, err = s.writeParts(ctx, key, b, limit); err != nil {
 			return nil, err
 		}
-		if room -= len(m) + 1; room < 0 {
-			break
+		head := threadValue{Thread: Thread{ThreadHead: t.ThreadHead}, Parts: parts}
+		head.Runs = nil
+		if id := t.ActiveRun(); id != "" {
+			head.Runs = []ThreadRun{*t.run(id)}
 		}
-		keep--
+		if b, err = json.Marshal(head); err != nil {
+			return nil, err
+		}
 	}
-	t.Dropped += keep
-	t.Transcript.Messages = slices.Clone(msgs[keep:])
-	b, err = json.Marshal(t)
-	if err == nil && len(b) > limit {
-		return nil, fmt.Errorf("thread: %d bytes without its messages, over the %d a message may hold", len(b), limit)
+	var rev uint64
+	if prev.rev == 0 {
+		rev, err = s.threads.Create(ctx, key, b)
+	} else {
+		rev, err = s.threads.Update(ctx, key, b, prev.rev)
 	}
-	return b, err
+	if err != nil {
+		s.purgeParts(key, parts)
+		return nil, err
+	}
+	s.purgeParts(key, prev.parts)
+	return &threadRead{t: t, rev: rev, parts: parts}, nil
 }
 
-// readThread returns the value of the thread key and its revision; none (nil, 0) when the
-// thread does not exist.
-func (s *Store) readThread(ctx context.Context, key string) ([]byte, uint64, error) {
-	e, err := s.threads.Get(ctx, key)
-	switch {
-	case errors.Is(err, natsjs.ErrKeyNotFound):
-		return nil, 0, nil
-	case err != nil:
-		return nil, 0, fmt.Errorf("thread: %w", err)
+// writeParts writes b across the parts of key, each at most limit bytes, under a new ID, all
+// at once.
+func (s *Store) writeParts(ctx context.Context, key string, b []byte, limit int) (*threadParts, error) {
+	var id [8]byte
+	for i := range id {
+		id[i] = byte(rand.Uint32())
 	}
-	return e.Value(), e.Revision(), nil
+	p := &threadParts{ID: keyEncoding.EncodeToString(id[:]), N: (len(b) + limit - 1) / limit}
+	errs := make([]error, p.N)
+	var wg sync.WaitGroup
+	for i := range p.N {
+		wg.Go(func() {
+			_, errs[i] = s.threads.Put(ctx, p.key(key, i), b[i*limit:min(len(b), (i+1)*limit)])
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		s.purgeParts(key, p)
+		return nil, fmt.Errorf("thread: %w", err)
+	}
+	return p, nil
+}
+
+// key returns the key of the thread key's part i.
+func (p *threadParts) key(key string, i int) string { return key + "." + p.ID + "." + strconv.Itoa(i) }
+
+// purgeParts removes the thread key's parts p, if not nil, in the background: a failure
+// leaves them to the bucket's TTL.
+func (s *Store) purgeParts(key string, p *threadParts) {
+	if p == nil {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+		defer cancel()
+		for i := range p.N {
+			if err := s.threads.Purge(ctx, p.key(key, i)); err != nil && s.ctx.Err() == nil {
+				s.log.Warn("jetstream: purging a replaced thread value", keyErr, err)
+				return
+			}
+		}
+	}()
+}
+
+// readThread returns the thread under key as read; none (a zero Thread, revision 0) when
+// the thread does not exist. A value whose parts a newer write purged meanwhile is read again.
+func (s *Store) readThread(ctx context.Context, key string) (*threadRead, error) {
+	for attempt := 0; ; attempt++ {
+		e, err := s.threads.Get(ctx, key)
+		switch {
+		case errors.Is(err, natsjs.ErrKeyNotFound):
+			return &threadRead{t: &Thread{}}, nil
+		case err != nil:
+			return nil, fmt.Errorf("thread: %w", err)
+		}
+		var v threadValue
+		if err := json.Unmarshal(e.Value(), &v); err != nil {
+			return nil, fmt.Errorf("thread: %w", err)
+		}
+		r := &threadRead{t: &v.Thread, rev: e.Revision(), parts: v.Parts}
+		if v.Parts == nil {
+			return r, nil
+		}
+		var b []byte
+		for i := range v.Parts.N {
+			pe, err := s.threads.Get(ctx, v.Parts.key(key, i))
+			if errors.Is(err, natsjs.ErrKeyNotFound) && attempt < threadAttempts {
+				b = nil
+				break // replaced meanwhile
+			}
+			if err != nil {
+				return nil, fmt.Errorf("thread: %w", err)
+			}
+			b = append(b, pe.Value()...)
+		}
+		if b == nil {
+			continue
+		}
+		var t Thread
+		if err := json.Unmarshal(b, &t); err != nil {
+			return nil, fmt.Errorf("thread: %w", err)
+		}
+		r.t = &t
+		return r, nil
+	}
 }
 
 // ThreadAhead is a thread read ahead of its update (ReadThreadAhead).
 type ThreadAhead struct {
 	done chan struct{}
-	val  []byte
-	rev  uint64
+	r    *threadRead
 	err  error
 }
 
@@ -284,7 +374,7 @@ func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string)
 	a := &ThreadAhead{done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
-		a.val, a.rev, a.err = s.readThread(ctx, threadKey(principal, threadID))
+		a.r, a.err = s.readThread(ctx, threadKey(principal, threadID))
 	}()
 	return a
 }
@@ -292,8 +382,15 @@ func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string)
 // AcceptRun records a newly accepted run of the principal's thread (state running) and merges
 // its input (RunAgentInput JSON) into the transcript, creating the thread if needed. A run
 // accepted again (a resubmit) is running again. ahead, if not nil, is the thread read ahead.
-func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead) error {
-	return s.updateThread(ctx, principal, threadID, ahead, func(t *Thread, exists bool) (bool, error) {
+// It returns a copy of the thread as it wrote it (the run's agent takes its context from it:
+// THREADS.md section 5).
+func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead) (*Thread, error) {
+	var written *Thread
+	err := s.updateThread(ctx, principal, threadID, ahead, func(t *Thread, exists bool) (bool, error) {
+		defer func() { // the next update of the thread starts from t, and changes it
+			written = &Thread{ThreadHead: t.ThreadHead, Transcript: t.Transcript.Clone()}
+			written.Runs = slices.Clone(t.Runs)
+		}()
 		now := time.Now().UTC()
 		if !exists {
 			t.Created = now
@@ -312,6 +409,10 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 		t.Updated = now
 		return true, nil
 	})
+	if err != nil {
+		return nil, err
+	}
+	return written, nil
 }
 
 // FinishRun applies a run's stored events (its log from the run.accepted marker to its
@@ -415,21 +516,14 @@ func Events(entries []Entry) []json.RawMessage {
 
 // Thread returns the principal's thread, or ErrUnknownThread.
 func (s *Store) Thread(ctx context.Context, principal, threadID string) (*Thread, error) {
-	e, err := s.threads.Get(ctx, threadKey(principal, threadID))
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
-		return nil, ErrUnknownThread
-	}
+	r, err := s.readThread(ctx, threadKey(principal, threadID))
 	if err != nil {
-		return nil, fmt.Errorf("thread: %w", err)
+		return nil, err
 	}
-	var t Thread
-	if err := json.Unmarshal(e.Value(), &t); err != nil {
-		return nil, fmt.Errorf("thread: %w", err)
-	}
-	if t.Principal != principal || t.ThreadID != threadID {
+	if r.rev == 0 || r.t.Principal != principal || r.t.ThreadID != threadID {
 		return nil, ErrUnknownThread
 	}
-	return &t, nil
+	return r.t, nil
 }
 
 // ThreadSummary is a thread as a list shows it.
@@ -479,13 +573,19 @@ func (s *Store) Threads(ctx context.Context, principal string) ([]ThreadSummary,
 // running is asked to abort first. It returns ErrUnknownThread for a thread the principal
 // does not have.
 func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) error {
-	t, err := s.Thread(ctx, principal, threadID)
+	key := threadKey(principal, threadID)
+	r, err := s.readThread(ctx, key)
 	if err != nil {
 		return err
 	}
-	if err := s.threads.Purge(ctx, threadKey(principal, threadID)); err != nil {
+	t := r.t
+	if r.rev == 0 || t.Principal != principal || t.ThreadID != threadID {
+		return ErrUnknownThread
+	}
+	if err := s.threads.Purge(ctx, key); err != nil {
 		return fmt.Errorf("delete thread: %w", err)
 	}
+	s.purgeParts(key, r.parts)
 	var errs []error
 	for _, r := range t.Runs {
 		if r.State == ThreadRunRunning {

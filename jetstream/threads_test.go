@@ -68,7 +68,7 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 				// The thread read ahead, as a gateway reads it while it creates the run's
 				// log: often stale by the time the run is accepted.
 				ahead := s.ReadThreadAhead(ctx, "alice", "T")
-				if err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text), ahead); err != nil {
+				if _, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text), ahead); err != nil {
 					errs <- err
 					return
 				}
@@ -127,7 +127,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread"), nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread"), nil); err != nil {
 		t.Fatal(err)
 	}
 	var evs [][]byte
@@ -145,7 +145,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread"), nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread"), nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -195,7 +195,7 @@ func TestThreadReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil); err != nil {
+	if _, err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil); err != nil {
 		t.Fatal(err)
 	}
 	evs := turnEvents("T", "r1", "hi")

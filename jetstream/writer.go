@@ -13,6 +13,9 @@ import (
 
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/wsgateway/wsgateway/internal/tracing"
 )
 
 // RunState is the state of a run's log.
@@ -38,6 +41,15 @@ type RunInfo struct {
 	Closed  time.Time `json:"closed,omitzero"`
 	// Reaped says the reaper closed the log after the producer's lease expired.
 	Reaped bool `json:"reaped,omitempty"`
+	// Replay says the log's open record keeps the run's input (WithInput): a store may take
+	// the run over when its producer dies. Takeovers counts the times one did.
+	Replay    bool `json:"replay,omitempty"`
+	Takeovers int  `json:"takeovers,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of the run's turn (the span of
+	// Create's context), empty when it was not traced: a replay on any gateway continues
+	// the turn's trace.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // lease is the value of a run's key in the lease bucket while its log is open, and of a
@@ -92,6 +104,11 @@ type Writer struct {
 	closeErr error
 	closed   bool
 
+	// input is the open record's body (WithInput); takenOver says the writer took the run
+	// over (Store.OnTakeover), so it finishes the run's thread after its close. Set once.
+	input     []byte
+	takenOver bool
+
 	// Owned by loop until done is closed, then by Close.
 	lastSeq uint64
 	batches uint64
@@ -103,17 +120,26 @@ type pending struct {
 }
 
 // Create starts a log for (principal, runID) and returns its writer, which holds the run's
-// lease until Close. If the run exists for another principal: ErrForbidden. If it exists
+// lease until Close. The run's metadata records the span context of ctx, if valid
+// (RunInfo.TraceParent). If the run exists for another principal: ErrForbidden. If it exists
 // for the same principal (a resubmit), the log starts a new generation: the old events are
 // no longer served, offsets of the old generation are refused as stale, and a writer still
 // producing the old generation is fenced out.
-func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (*Writer, error) {
+func (s *Store) Create(ctx context.Context, principal, runID, threadID string, opts ...CreateOption) (*Writer, error) {
 	if s.isClosed() {
 		return nil, ErrClosed
 	}
+	var o createOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if len(o.input) > s.cfg.MaxBatchBytes {
+		o.input = nil // too large for the open record: the run is reaped if its producer dies
+	}
 	key := runKey(runID)
 	info := RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Owner: s.cfg.Owner, State: RunOpen,
-		Generation: 1, Stream: s.place(key), Created: time.Now().UTC()}
+		Generation: 1, Stream: s.place(key), Created: time.Now().UTC(), Replay: o.input != nil}
+	info.TraceParent, info.TraceState = tracing.Format(trace.SpanContextFromContext(ctx))
 	sh, err := s.shard(ctx, info.Stream)
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
@@ -122,7 +148,7 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 	if err != nil {
 		return nil, fmt.Errorf("create: %w", err)
 	}
-	w, opened, existed, err := s.createNew(ctx, key, info, sh, a)
+	w, opened, existed, err := s.createNew(ctx, key, info, sh, a, o.input)
 	if errors.Is(err, errRunExists) {
 		// The run exists (a resubmit, or another principal's), or its key is being
 		// created: claim it step by step, reading it first. A resubmit keeps its stream.
@@ -130,7 +156,7 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string) (
 		if c, err = s.claimRun(ctx, key, &info, 1); err == nil {
 			if sh, err = s.shard(ctx, info.Stream); err == nil {
 				w = s.newWriter(key, info, sh, c)
-				w.acks = a
+				w.acks, w.input = a, o.input
 				existed = c.existed
 			}
 		}
@@ -165,12 +191,14 @@ var errRunExists = errors.New("jetstream: run exists")
 // createNew starts a new run, the common case, in one round trip: it writes the lease, the
 // metadata (generation 1) and the open record at once, each only where none is (KV creates,
 // and an open record that expects an empty subject). When the run's key holds a lease or
-// metadata already, it takes back the lease and metadata it wrote and answers errRunExists;
+// metadata already, it takes back the lease and metadata it wrote and answers errRunExists
+// (it takes them back too when the open record fails unfenced, and answers that failure);
 // an open record it stored stays on the caller's own subject (principal and runId) as a
 // stray, which the run's next open record finds and purges. opened reports the open record
 // stored; a new run whose subject holds strays gets it from openLog.
-func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *shard, a *acks) (w *Writer, opened, existed bool, err error) {
+func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *shard, a *acks, input []byte) (w *Writer, opened, existed bool, err error) {
 	w = s.newWriter(key, info, sh, claim{})
+	w.input = input
 	w.acks = a
 	val := s.runLease(info.Generation)
 	var leaseErr, metaErr, openErr error
@@ -194,7 +222,7 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 	}()
 	go func() {
 		defer wg.Done()
-		_, openErr = w.publish(pctx, nil, ctlOpen)
+		_, openErr = w.publish(pctx, w.input, ctlOpen)
 	}()
 	wg.Wait()
 	if leaseErr == nil && metaErr == nil {
@@ -204,9 +232,10 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 		case errors.Is(openErr, ErrFenced):
 			return w, false, false, nil // strays on the subject: openLog purges them
 		}
-		return nil, false, false, fmt.Errorf("create: %w", openErr)
 	}
-	// Take back what this attempt created: the run's key is someone else's, or being created.
+	// Take back what this attempt created: the run's key is someone else's, or being created,
+	// or the open record failed (a lease and open metadata without it would be a run that
+	// readers tail for ever and nothing closes). An open record stored all the same is a stray.
 	if leaseErr == nil {
 		s.leases.Delete(ctx, key, natsjs.LastRevision(w.leaseRev))
 	}
@@ -216,7 +245,11 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 	if errors.Is(leaseErr, natsjs.ErrKeyExists) || isWrongLastSeq(leaseErr) || errors.Is(metaErr, natsjs.ErrKeyExists) || isWrongLastSeq(metaErr) {
 		return nil, false, false, errRunExists
 	}
-	return nil, false, false, fmt.Errorf("create: %w", errors.Join(leaseErr, metaErr))
+	err = errors.Join(leaseErr, metaErr)
+	if err == nil {
+		err = openErr // the open record failed alone (when a write failed, it was cut short)
+	}
+	return nil, false, false, fmt.Errorf("create: %w", err)
 }
 
 // claim is what claimRun took: the revisions of the run's lease and metadata, and whether
@@ -360,7 +393,7 @@ func (w *Writer) openLog(ctx context.Context, existed bool) error {
 				return fmt.Errorf("create: purge: %w", err)
 			}
 		}
-		_, err := w.publish(ctx, nil, ctlOpen)
+		_, err := w.publish(ctx, w.input, ctlOpen)
 		if err == nil {
 			return nil
 		}
@@ -414,7 +447,7 @@ func (w *Writer) Append(event []byte, stored func(offset string, err error)) {
 	w.queue = append(w.queue, pending{event: event, stored: stored})
 	n := int64(len(event) + backlogOverhead)
 	w.backlog += n
-	w.s.backlog.Add(n)
+	w.s.backlog.Take(n)
 	w.mu.Unlock()
 	select {
 	case w.wake <- struct{}{}:
@@ -423,52 +456,26 @@ func (w *Writer) Append(event []byte, stored func(offset string, err error)) {
 }
 
 // WaitRoom waits while the writer's backlog (what it was given and has not stored yet) is at
-// Config.MaxRunBacklog, or the store's is at Config.MaxBacklog and the writer's is not empty:
-// how a producer is pushed back while JetStream is slow or away. It returns ctx's error if
-// ctx ends first, and nil at once once the writer failed or is closing (Append then fails).
-// It never waits on another writer's backlog alone.
+// Config.MaxRunBacklog, or, while the writer's is not empty, the store's is at
+// Config.MaxBacklog or Config.Budget has no room: how a producer is pushed back while
+// JetStream is slow or away, or the gateway's memory is short. It returns ctx's error if ctx
+// ends first, and nil at once once the writer failed or is closing (Append then fails). It
+// never waits on others alone.
 func (w *Writer) WaitRoom(ctx context.Context) error {
-	waiting := false
-	defer func() {
-		if waiting {
-			w.s.waiting.Add(-1)
-		}
-	}()
-	for {
-		var room <-chan struct{}
-		if waiting {
-			room = w.s.roomChan()
-		}
+	return w.s.backlog.Wait(ctx, w.lost, func() bool {
 		w.mu.Lock()
 		own, done := w.backlog, w.closing || w.err != nil
 		w.mu.Unlock()
-		if done || own == 0 || own < w.s.cfg.MaxRunBacklog && w.s.backlog.Load() < w.s.cfg.MaxBacklog {
-			return nil
-		}
-		if !waiting {
-			// Registered before the channel is taken and the backlogs read again, so that
-			// a shrink in between closes the channel.
-			waiting = true
-			w.s.waiting.Add(1)
-			continue
-		}
-		select {
-		case <-room:
-		case <-w.lost:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+		return done || own == 0 || own < w.s.cfg.MaxRunBacklog && w.s.backlog.Used() < w.s.cfg.MaxBacklog && w.s.cfg.Budget.Room()
+	})
 }
 
-// settled removes n events of size bytes from the backlogs, once stored or failed.
+// settled removes events of size bytes from the backlogs, once stored or failed.
 func (w *Writer) settled(size int64) {
 	w.mu.Lock()
 	w.backlog -= size
 	w.mu.Unlock()
-	w.s.backlog.Add(-size)
-	w.s.shrunk()
+	w.s.backlog.Release(size)
 }
 
 // Lost is closed when the writer lost its lease or was fenced out (the reaper closed the log,
@@ -492,6 +499,11 @@ func (w *Writer) fail(err error) {
 		w.lostOnce.Do(func() { close(w.lost) })
 	}
 }
+
+// idleBatchBytes is the most room for a batch's body a writer keeps while it waits for
+// events: a thousand writers that each once published a large batch (after a NATS stall)
+// would otherwise keep up to MaxBatchBytes each.
+const idleBatchBytes = 32 << 10
 
 // loop is the writer's goroutine: one publish in flight, carrying everything queued while
 // the previous one was in flight. It returns when the writer is closing and the queue is empty.
@@ -521,6 +533,9 @@ func (w *Writer) loop() {
 			if closing {
 				return
 			}
+			if cap(body) > idleBatchBytes || cap(events) > idleBatchBytes/64 {
+				body, events = nil, nil // a waiting writer does not keep a large batch's room
+			}
 			<-w.wake
 			continue
 		}
@@ -544,6 +559,13 @@ func (w *Writer) loop() {
 			events = append(events, p.event)
 		}
 		body = encodeBatch(body[:0], events)
+		// The body copies the batch's events until the publish is answered: it is charged
+		// to the backlogs as well, so that producers wait for it too.
+		w.mu.Lock()
+		w.backlog += int64(len(body))
+		w.mu.Unlock()
+		w.s.backlog.Take(int64(len(body)))
+		cost += int64(len(body))
 		seq, err := w.publish(w.s.ctx, body, "")
 		w.settled(cost)
 		if err != nil {
@@ -580,6 +602,9 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, st natsjs.Stream, sub
 	msg.Header.Set(hdrGen, strconv.FormatUint(gen, 10))
 	if ctl != "" {
 		msg.Header.Set(hdrCtl, ctl)
+	}
+	if ctl == ctlClose {
+		msg.Header.Set(hdrAfter, strconv.FormatUint(after, 10))
 	}
 	msg.Header.Set(natsjs.MsgIDHeader, id)
 	msg.Header.Set(natsjs.ExpectedLastSubjSeqHeader, strconv.FormatUint(after, 10))
@@ -717,6 +742,11 @@ func (w *Writer) finish(ctx context.Context) error {
 	w.mu.Lock()
 	w.released = true
 	w.mu.Unlock()
+	if w.takenOver {
+		// The run's first producer, which would have finished its thread, is gone.
+		w.s.finishLater(info)
+		w.s.finishQueued()
+	}
 	return nil
 }
 

@@ -20,6 +20,16 @@
 //	wsgateway_jetstream_runs_reaped_total                  counter
 //	wsgateway_jetstream_liveness_renewals_total            counter
 //	wsgateway_jetstream_ready                              gauge     1 ready, 0 not (SetReadyCheck)
+//	wsgateway_agent_time_to_first_token_seconds{agent,model} histogram run frame accepted → first delta stored
+//	wsgateway_agent_inter_token_seconds{agent,model}       histogram one delta stored → the next
+//	wsgateway_agent_tokens_per_second{agent,model}         histogram deltas after the first / first to last delta
+//	wsgateway_agent_turn_duration_seconds{agent,model}     histogram run frame accepted → terminal stored
+//	wsgateway_agent_tokens_total{agent,model,kind}         counter   kind: input, output, total
+//
+// The agent histograms are observed once per run by the turn that produces it (never by a
+// resume, join or replay); agent and model are the gateway's --agent and --agent-model (one
+// pair per process, SetAgent). Their observations carry an exemplar: the run's runId and,
+// when the turn's context holds a valid OpenTelemetry span context, its trace_id.
 //
 // The Grafana dashboard and the Prometheus alert rules under deploy/ use these names; a test
 // of package e2e fails if they name a metric a gateway does not expose.
@@ -28,6 +38,7 @@ package metrics
 import (
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -103,6 +114,13 @@ const (
 	LimitRunFrameRate     Limit = "run_frame_rate"        // a run frame beyond the socket's rate
 	LimitPrincipalSockets Limit = "max_principal_sockets" // a socket or HTTP stream beyond the principal's
 	LimitFollows          Limit = "max_follows"           // a follow frame beyond the threads one socket follows
+	LimitMemoryBudget     Limit = "memory_budget"         // a turn or hydrate while the memory budget admits no new work
+	// The per-principal bounds across every door (docs/SECURITY.md).
+	LimitPrincipalTurns    Limit = "max_principal_turns"    // a turn start beyond the principal's running turns
+	LimitPrincipalTurnRate Limit = "principal_turn_rate"    // a turn start beyond the principal's rate
+	LimitPrincipalHydrates Limit = "max_principal_hydrates" // a hydrate beyond the principal's at once
+	LimitPrincipalReaders  Limit = "max_principal_readers"  // a Durable Streams read beyond the principal's at once
+	LimitTokenBudget       Limit = "token_budget"           // a run of a principal that used its token budget of the period
 )
 
 // Metrics holds the gateway's collectors. Its methods are safe for concurrent use; a nil
@@ -118,12 +136,29 @@ type Metrics struct {
 	framesDropped   *prometheus.CounterVec
 	limitRefusals   *prometheus.CounterVec
 	runsReaped      prometheus.Counter
+	takeovers       *prometheus.CounterVec
 	renewals        prometheus.Counter
 	ready           *readyCollector
+
+	ttft, interToken, tokenRate, turnDuration *prometheus.HistogramVec
+	tokens                                    *prometheus.CounterVec
+	agentLabels                               atomic.Pointer[prometheus.Labels]
 }
 
 // latencyBuckets span 100 µs to about 3 s.
 var latencyBuckets = prometheus.ExponentialBuckets(0.0001, 2.5, 12)
+
+// Classic buckets, not native histograms: exemplars, histogram_quantile and the alert rules
+// then work on any Prometheus without its native-histogram feature flag, and the agent
+// histograms' ranges are known.
+var (
+	// agentBuckets span 5 ms to about 80 s: a first token from a local model to a slow upstream.
+	agentBuckets = prometheus.ExponentialBuckets(0.005, 2, 15)
+	// turnBuckets span 50 ms to about 30 min.
+	turnBuckets = prometheus.ExponentialBuckets(0.05, 2.5, 16)
+	// rateBuckets span 1 to about 16000 deltas per second.
+	rateBuckets = prometheus.ExponentialBuckets(1, 2, 15)
+)
 
 // New creates the gateway's metrics and registers them on reg. It panics if a metric is
 // already registered on reg (a programming error, as with prometheus.MustRegister).
@@ -174,13 +209,36 @@ func New(reg prometheus.Registerer) *Metrics {
 			Namespace: "wsgateway", Subsystem: "jetstream", Name: "runs_reaped_total",
 			Help: "Runs whose producer was lost, terminated by this process's reaper.",
 		}),
+		takeovers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "wsgateway", Subsystem: "jetstream", Name: "takeovers_total",
+			Help: "Runs whose producer died that this process took over, by how the takeover ended: continued (the replay matched the log and the run went on), diverged (replay_diverged), failed (the log failed) or refused (not taken over: the run was ended producer_lost).",
+		}, []string{"outcome"}),
 		renewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Namespace: "wsgateway", Subsystem: "jetstream", Name: "liveness_renewals_total",
 			Help: "Renewals of this process's liveness key, which keeps the leases of all its runs (one per lease TTL / 5).",
 		}),
 	}
+	agentHist := func(name, help string, buckets []float64) *prometheus.HistogramVec {
+		return prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "wsgateway", Subsystem: "agent", Name: name, Help: help, Buckets: buckets,
+		}, []string{"agent", "model"})
+	}
+	m.ttft = agentHist("time_to_first_token_seconds",
+		"Time from a run frame accepted to the run's first text or tool-call delta stored, by agent and model.", agentBuckets)
+	m.interToken = agentHist("inter_token_seconds",
+		"Time between two consecutive text or tool-call deltas of a run stored, by agent and model.", latencyBuckets)
+	m.tokenRate = agentHist("tokens_per_second",
+		"Deltas of a run per second from its first to its last delta stored (runs of two deltas or more), by agent and model.", rateBuckets)
+	m.turnDuration = agentHist("turn_duration_seconds",
+		"Time from a run frame accepted to the run's terminal stored, by agent and model.", turnBuckets)
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: "wsgateway", Subsystem: "agent", Name: "tokens_total",
+		Help: "Tokens the agent reported in its runs' usage (RUN_FINISHED, RUN_ERROR), counted once per run by its producer, by agent, model and kind (input, output, total).",
+	}, []string{"agent", "model", "kind"})
+	m.agentLabels.Store(&prometheus.Labels{"agent": "none", "model": "none"})
+	reg.MustRegister(m.ttft, m.interToken, m.tokenRate, m.turnDuration, m.tokens)
 	reg.MustRegister(m.openSockets, m.turnsStarted, m.turnsEnded, m.eventsAppended,
-		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.limitRefusals, m.runsReaped, m.renewals, m.ready)
+		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.limitRefusals, m.runsReaped, m.takeovers, m.renewals, m.ready)
 	// Expose every closed-set series from the start, so dashboards see zeros, not gaps.
 	for _, t := range transports {
 		for _, k := range []SocketKind{SocketConversation, SocketResume} {
@@ -200,8 +258,12 @@ func New(reg prometheus.Registerer) *Metrics {
 	for _, d := range []DropReason{DropNotJSON, DropBinary, DropPingQueue, DropSlowConsumer} {
 		m.framesDropped.WithLabelValues(string(d))
 	}
-	for _, l := range []Limit{LimitSocketTurns, LimitRunFrameRate, LimitPrincipalSockets, LimitFollows} {
+	for _, l := range []Limit{LimitSocketTurns, LimitRunFrameRate, LimitPrincipalSockets, LimitFollows, LimitMemoryBudget,
+		LimitPrincipalTurns, LimitPrincipalTurnRate, LimitPrincipalHydrates, LimitPrincipalReaders, LimitTokenBudget} {
 		m.limitRefusals.WithLabelValues(string(l))
+	}
+	for _, o := range []TakeoverOutcome{TakeoverContinued, TakeoverDiverged, TakeoverFailed, TakeoverRefused} {
+		m.takeovers.WithLabelValues(string(o))
 	}
 	return m
 }
@@ -270,6 +332,24 @@ func (m *Metrics) RunReaped() {
 	}
 }
 
+// TakeoverOutcome is how a takeover of a run ended (wsgateway_jetstream_takeovers_total).
+type TakeoverOutcome string
+
+// Takeover outcomes.
+const (
+	TakeoverContinued TakeoverOutcome = "continued"
+	TakeoverDiverged  TakeoverOutcome = "diverged"
+	TakeoverFailed    TakeoverOutcome = "failed"
+	TakeoverRefused   TakeoverOutcome = "refused"
+)
+
+// TakeoverEnded counts a takeover that ended with outcome o.
+func (m *Metrics) TakeoverEnded(o TakeoverOutcome) {
+	if m != nil {
+		m.takeovers.WithLabelValues(string(o)).Inc()
+	}
+}
+
 // LivenessRenewed counts a renewal of the liveness key. Its signature fits a store hook.
 func (m *Metrics) LivenessRenewed() {
 	if m != nil {
@@ -311,4 +391,112 @@ func (c *readyCollector) Collect(ch chan<- prometheus.Metric) {
 		v = 1
 	}
 	ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v)
+}
+
+// SetAgent sets the agent and model labels of the agent histograms ("" agent or model:
+// "none"), and drops what was observed under the previous ones. Call it before the first turn.
+func (m *Metrics) SetAgent(agent, model string) {
+	if m == nil {
+		return
+	}
+	if agent == "" {
+		agent = "none"
+	}
+	if model == "" {
+		model = "none"
+	}
+	l := prometheus.Labels{"agent": agent, "model": model}
+	m.agentLabels.Store(&l)
+	for _, h := range []*prometheus.HistogramVec{m.ttft, m.interToken, m.tokenRate, m.turnDuration} {
+		h.Reset()
+		h.With(l) // exposed from the start, as the closed-set series
+	}
+	m.tokens.Reset()
+	for _, k := range tokenKinds {
+		m.tokens.WithLabelValues(agent, model, k)
+	}
+}
+
+// RunLatency is what a turn measured of its run, for the agent histograms.
+type RunLatency struct {
+	FirstToken time.Duration // accepted → first delta stored; 0: no delta
+	Deltas     int           // deltas stored
+	Span       time.Duration // first → last delta stored
+	Duration   time.Duration // accepted → terminal stored
+	// Exemplar labels the observations (runId, trace_id); nil: none.
+	Exemplar prometheus.Labels
+}
+
+// RunMeasured observes a run's latencies, once per run, by its producer.
+func (m *Metrics) RunMeasured(r RunLatency) {
+	if m == nil {
+		return
+	}
+	if r.Deltas > 0 {
+		m.observe(m.ttft, r.FirstToken.Seconds(), r.Exemplar)
+	}
+	if r.Deltas > 1 && r.Span > 0 {
+		m.observe(m.tokenRate, float64(r.Deltas-1)/r.Span.Seconds(), r.Exemplar)
+	}
+	m.observe(m.turnDuration, r.Duration.Seconds(), r.Exemplar)
+}
+
+// TokenGap observes d, the time between two consecutive deltas of a run stored, by its
+// producer; exemplar as RunLatency's.
+func (m *Metrics) TokenGap(d time.Duration, exemplar prometheus.Labels) {
+	if m != nil {
+		m.observe(m.interToken, d.Seconds(), exemplar)
+	}
+}
+
+func (m *Metrics) observe(h *prometheus.HistogramVec, v float64, exemplar prometheus.Labels) {
+	o := h.With(*m.agentLabels.Load())
+	if eo, ok := o.(prometheus.ExemplarObserver); ok && len(exemplar) > 0 {
+		eo.ObserveWithExemplar(v, exemplar)
+		return
+	}
+	o.Observe(v)
+}
+
+// Exemplar returns the exemplar labels of a run: run_id, and trace_id when traceID is not
+// "". A label that would take the exemplar past the 128 runes OpenMetrics allows is left out
+// (a runId is the client's choice; a trace id is 32 runes).
+func Exemplar(runID, traceID string) prometheus.Labels {
+	l := prometheus.Labels{}
+	n := 0
+	if traceID != "" {
+		l["trace_id"] = traceID
+		n = len("trace_id") + utf8.RuneCountInString(traceID)
+	}
+	if n+len("run_id")+utf8.RuneCountInString(runID) <= prometheus.ExemplarMaxRunes {
+		l["run_id"] = runID
+	}
+	return l
+}
+
+var tokenKinds = []string{"input", "output", "total"}
+
+// Usage is the token usage a run reported, summed over its usage entries.
+type Usage struct {
+	Input  int64 `json:"inputTokens"`
+	Output int64 `json:"outputTokens"`
+	Total  int64 `json:"totalTokens"`
+}
+
+// Add returns u plus v.
+func (u Usage) Add(v Usage) Usage {
+	return Usage{Input: u.Input + v.Input, Output: u.Output + v.Output, Total: u.Total + v.Total}
+}
+
+// TokensUsed counts the usage of one run, once, by its producer.
+func (m *Metrics) TokensUsed(u Usage) {
+	if m == nil {
+		return
+	}
+	l := *m.agentLabels.Load()
+	for i, n := range []int64{u.Input, u.Output, u.Total} {
+		if n > 0 {
+			m.tokens.WithLabelValues(l["agent"], l["model"], tokenKinds[i]).Add(float64(n))
+		}
+	}
 }

@@ -42,8 +42,8 @@ func TestNames(t *testing.T) {
 		if f.GetType().String() == "COUNTER" && !strings.HasSuffix(name, "_total") {
 			t.Errorf("counter %s does not end in _total", name)
 		}
-		if f.GetType().String() == "HISTOGRAM" && !strings.HasSuffix(name, "_seconds") {
-			t.Errorf("histogram %s does not end in _seconds", name)
+		if f.GetType().String() == "HISTOGRAM" && !strings.HasSuffix(name, "_seconds") && !strings.HasSuffix(name, "_per_second") {
+			t.Errorf("histogram %s does not end in _seconds or _per_second", name)
 		}
 	}
 	tests := []struct {

@@ -114,7 +114,7 @@ func TestConformance(t *testing.T) {
 	})
 
 	// The reference itself must reproduce the outcomes the vectors record
-	// (AGUI-1.0.md), or the differential test would be measuring against
+	// (AGUI.md), or the differential test would be measuring against
 	// something else than @ag-ui/client 1.0.0 as documented.
 	t.Run("reference", func(t *testing.T) {
 		vectors := loadVectors(t)
@@ -292,7 +292,7 @@ func checkAgreement(t *testing.T, ref *reference, cases []confCase, what string)
 		agree, len(cases), 100*float64(agree)/float64(len(cases)), what, accepted, agree-accepted)
 	if schemaTexts > 0 {
 		// Only the index and path of a schema rejection are compared; the
-		// wording is zod's, quoted where AGUI-1.0.md quotes it.
+		// wording is zod's, quoted where the vectors quote it.
 		t.Logf("conformance: %d schema rejections agree on index and path but not on the message, e.g. %s", schemaTexts, schemaTextExample)
 	}
 	if crashes > 0 {

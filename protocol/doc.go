@@ -1,8 +1,8 @@
 // Package protocol does the AG-UI 1.0 wire work of the gateway: it decodes and
 // schema-checks events, upgrades legacy ones, expands chunks, verifies the
 // event sequence, and encodes the WebSocket frames. It ports what
-// @ag-ui/core and @ag-ui/client 1.0.0 decide (AGUI-1.0.md of the project's
-// shared docs), error texts included, and imports nothing else of the project.
+// @ag-ui/core and @ag-ui/client 1.0.0 decide (docs/AGUI.md), error texts
+// included, and imports nothing else of the project.
 //
 // # Events
 //

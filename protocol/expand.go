@@ -1,6 +1,6 @@
 package protocol
 
-// This file ports transformChunks of @ag-ui/client 1.0.0 (AGUI-1.0.md section 2).
+// This file ports transformChunks of @ag-ui/client 1.0.0 (AGUI.md section 2).
 
 // tag is a subagentRunId as read from an event: absent, null, or a value
 // (a string on every schema-checked event that declares it).

@@ -334,3 +334,31 @@ func (in *RunAgentInput) ForwardedProp(key string) json.RawMessage {
 	}
 	return lookup(splitObject(in.ForwardedProps, nil), key)
 }
+
+// WithMessages returns a copy of in whose messages are msgs (each with its Raw encoding, as
+// DecodeRunAgentInput gives them), in its fields and in its JSON.
+func (in *RunAgentInput) WithMessages(msgs []Message) *RunAgentInput {
+	c := *in
+	c.Messages = msgs
+	n := 2
+	for _, m := range msgs {
+		n += len(m.Raw) + 1
+	}
+	arr := make([]byte, 0, n)
+	arr = append(arr, '[')
+	for i, m := range msgs {
+		if i > 0 {
+			arr = append(arr, ',')
+		}
+		arr = append(arr, m.Raw...)
+	}
+	arr = append(arr, ']')
+	ms := splitObject(in.raw, nil)
+	for i := range ms {
+		if ms[i].key == "messages" {
+			ms[i].val = arr
+		}
+	}
+	c.raw = appendObject(nil, ms)
+	return &c
+}

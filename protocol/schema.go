@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// This file ports the zod schemas of @ag-ui/core 1.0.0 (AGUI-1.0.md section 1).
+// This file ports the zod schemas of @ag-ui/core 1.0.0 (AGUI.md section 1).
 // Every object is loose: unknown keys pass and are kept. A checker reports
 // the first issue in schema order with its path relative to the checked value.
 

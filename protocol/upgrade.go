@@ -8,7 +8,7 @@ import (
 )
 
 // This file ports the CompatibilityBoundary of @ag-ui/client 1.0.0
-// (AGUI-1.0.md section 4.2): legacy THINKING_* events and null optionals
+// (AGUI.md section 4.2): legacy THINKING_* events and null optionals
 // become clean 1.0 events before the schema check.
 
 // upgrader holds the ids minted for the open legacy thinking span and message.

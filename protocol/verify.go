@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// This file ports verifyEvents of @ag-ui/client 1.0.0 (AGUI-1.0.md section 3).
+// This file ports verifyEvents of @ag-ui/client 1.0.0 (AGUI.md section 3).
 
 // ViolationError is a rejection by chunk expansion or sequence verification.
 // Its Error is exactly the @ag-ui/client message.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/wsgateway/wsgateway/agent/demo"
 	"github.com/wsgateway/wsgateway/protocol"
-	"github.com/wsgateway/wsgateway/thread"
 )
 
 // demoLog runs the demo agent on a turn and returns the log the gateway
@@ -96,15 +95,7 @@ func TestDemoAgent(t *testing.T) {
 	ths := demoThreads(t)
 	results := runReference(t, ths)
 	for i, th := range ths {
-		var tr thread.Transcript
-		for k, r := range th.Runs {
-			if err := tr.Accept(r.RunID, results[i].Inputs[k]); err != nil {
-				t.Fatal(err)
-			}
-			if err := tr.Finish(r.RunID, r.Events); err != nil {
-				t.Fatal(err)
-			}
-		}
+		tr := build(t, th, results[i].Inputs)
 		got := normalise(t, mustJSON(t, tr.Messages), isMinted)
 		want := normalise(t, results[i].Messages, isMinted)
 		if got != want {

@@ -179,6 +179,16 @@ func TestDifferentialThreads(t *testing.T) {
 	for i := len(all) - 1; i >= 0 && len(logs) < 3000; i -= 3 {
 		logs = append(logs, all[i])
 	}
+	threads := threeRunThreads(logs)
+	results := runReference(t, threads)
+	for _, mode := range []string{"whole", "pageSize", "last"} {
+		t.Run(mode, func(t *testing.T) { compareThreads(t, threads, results, mode) })
+	}
+}
+
+// threeRunThreads makes threads of three runs each of logs, in order, each run after a user
+// message of its own.
+func threeRunThreads(logs [][]json.RawMessage) []refThread {
 	var threads []refThread
 	for i := 0; i+3 <= len(logs); i += 3 {
 		th := refThread{ID: "thread-" + strconv.Itoa(i/3)}
@@ -189,10 +199,23 @@ func TestDifferentialThreads(t *testing.T) {
 		}
 		threads = append(threads, th)
 	}
-	results := runReference(t, threads)
-	for _, mode := range []string{"whole", "pageSize", "last"} {
-		t.Run(mode, func(t *testing.T) { compareThreads(t, threads, results, mode) })
+	return threads
+}
+
+// build returns the transcript of th's runs, each accepted with its input of inputs (the
+// client's posts) and finished with its events.
+func build(t *testing.T, th refThread, inputs []json.RawMessage) thread.Transcript {
+	t.Helper()
+	var tr thread.Transcript
+	for k, r := range th.Runs {
+		if err := tr.Accept(r.RunID, inputs[k]); err != nil {
+			t.Fatalf("%s: Accept(%s): %v", th.ID, r.RunID, err)
+		}
+		if err := tr.Finish(r.RunID, r.Events); err != nil {
+			t.Fatalf("%s: Finish(%s): %v", th.ID, r.RunID, err)
+		}
 	}
+	return tr
 }
 
 // compareThreads builds the threads posting, per mode, the whole list the

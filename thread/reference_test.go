@@ -46,6 +46,7 @@ type refResult struct {
 	ID       string            `json:"id"`
 	Inputs   []json.RawMessage `json:"inputs"`
 	Messages json.RawMessage   `json:"messages"`
+	Model    json.RawMessage   `json:"model"` // convertMessagesToModelMessages(messages)
 	Error    string            `json:"error"`
 }
 

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 )
 
 // Message is a UIMessage of @tanstack/ai-client.
@@ -207,7 +208,50 @@ type Transcript struct {
 	// Answered holds the interrupts a running run answered, keyed by that run, to restore them
 	// if it fails.
 	Answered map[string]*Interrupts `json:"answered,omitempty"`
+	// Anchors holds the runs accepted and not finished, in order of acceptance, each with the
+	// message its reply goes after (Anchor).
+	Anchors []Anchor `json:"anchors,omitempty"`
+	// Late holds the answers (an approval's, a client tool's result) that runs posted for
+	// calls the transcript did not have yet while runs accepted before them were unfinished:
+	// the call is in the reply of such a run, whose finish had not landed. Finish applies
+	// them once its messages are in.
+	Late []Answers `json:"late,omitempty"`
 }
+
+// Answers are what a run's input answers: its resume entries and its tool rows.
+type Answers struct {
+	Run      string            `json:"run"`
+	Resume   []resumeEntry     `json:"resume,omitempty"`
+	ToolRows []json.RawMessage `json:"toolRows,omitempty"`
+}
+
+type resumeEntry struct {
+	InterruptID string          `json:"interruptId"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+}
+
+// Anchor is where a run's reply goes: After is the id of the last message of the transcript
+// as the run's acceptance left it ("" for an empty transcript), or, once a run accepted
+// before it with the same anchor finished, the last message of that run's reply. Finish
+// places the run's reply right after it, before the messages later runs added; Context cuts
+// the run's context there.
+type Anchor struct {
+	Run   string `json:"run"`
+	After string `json:"after"`
+}
+
+// anchor returns runID's anchor, nil when it has none.
+func (t *Transcript) anchor(runID string) *Anchor {
+	for i := range t.Anchors {
+		if t.Anchors[i].Run == runID {
+			return &t.Anchors[i]
+		}
+	}
+	return nil
+}
+
+// Anchored reports whether runID is a run the transcript holds as accepted and not finished.
+func (t *Transcript) Anchored(runID string) bool { return t.anchor(runID) != nil }
 
 // MarshalJSON writes Messages as [] when empty. Like Message's, it writes the messages'
 // encodings itself (see appendJSON).
@@ -227,7 +271,8 @@ func (t Transcript) MarshalJSON() ([]byte, error) {
 		key  string
 		v    any
 		omit bool
-	}{{`,"interrupts":`, t.Interrupts, t.Interrupts == nil}, {`,"answered":`, t.Answered, len(t.Answered) == 0}} {
+	}{{`,"interrupts":`, t.Interrupts, t.Interrupts == nil}, {`,"answered":`, t.Answered, len(t.Answered) == 0},
+		{`,"anchors":`, t.Anchors, len(t.Anchors) == 0}, {`,"late":`, t.Late, len(t.Late) == 0}} {
 		if f.omit {
 			continue
 		}
@@ -255,14 +300,14 @@ func (t Transcript) MarshalJSON() ([]byte, error) {
 //   - a tool row for a call without approval that has no output yet (a client tool's result)
 //     sets the call's output and state complete and adds a tool-result part;
 //   - if resume answers one of t.Interrupts, they stop being reported; Finish restores them
-//     if this run fails.
+//     if this run fails;
+//   - an answer (an approval's, a tool row) whose call t does not have while a run accepted
+//     before is unfinished is kept (Late): Finish applies it once that run's messages are in;
+//   - the run's anchor is the transcript's last message now (Anchors).
 func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	var in struct {
 		Messages []wireMessage `json:"messages"`
-		Resume   []struct {
-			InterruptID string          `json:"interruptId"`
-			Payload     json.RawMessage `json:"payload"`
-		} `json:"resume"`
+		Resume   []resumeEntry `json:"resume"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil {
 		return fmt.Errorf("thread: accept %s: %w", runID, err)
@@ -281,22 +326,9 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	}
 
 	// Approval answers, before tool rows: an answered call's row is the wire's own.
-	answered := map[string]bool{}
-	for _, r := range in.Resume {
-		answered[r.InterruptID] = true
-		var p struct {
-			Approved *bool `json:"approved"`
-		}
-		if json.Unmarshal(r.Payload, &p) != nil || p.Approved == nil {
-			continue
-		}
-		t.eachCall(func(p *Part) bool { return p.Approval != nil && p.Approval.ID == r.InterruptID }, func(_ *Message, part *Part) {
-			v := *p.Approved
-			a := *part.Approval
-			a.Approved = &v
-			part.Approval = &a
-			part.State, part.Raw = "approval-responded", nil
-		})
+	late := Answers{Run: runID}
+	if !t.approve(in.Resume) {
+		late.Resume = in.Resume
 	}
 
 	// The client names a message created lazily at random: an assistant message with an
@@ -318,7 +350,9 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 		}
 		switch m.Role {
 		case "tool":
-			t.clientToolResult(m.ToolCallID, m.Content)
+			if !t.clientToolResult(m.ToolCallID, m.Content) {
+				late.ToolRows = append(late.ToolRows, mustJSON(m))
+			}
 			continue
 		case "user", "system", "assistant":
 		default:
@@ -343,19 +377,110 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 		t.Messages = append(t.Messages, msg)
 	}
 
-	if t.Interrupts != nil {
-		for _, raw := range t.Interrupts.Pending {
-			if id, _ := asString(object(raw)["id"]); answered[id] {
-				if t.Answered == nil {
-					t.Answered = map[string]*Interrupts{}
-				}
-				t.Answered[runID] = t.Interrupts
-				t.Interrupts = nil
-				break
+	t.answered(runID, in.Resume)
+	if len(t.Anchors) > 0 && (late.Resume != nil || late.ToolRows != nil) {
+		t.Late = append(t.Late, late) // an unfinished run may be making the call
+	}
+	a := Anchor{Run: runID}
+	if n := len(t.Messages); n > 0 {
+		a.After = t.Messages[n-1].ID
+	}
+	t.dropAnchor(runID) // a resubmit is accepted anew
+	t.Anchors = append(t.Anchors, a)
+	return nil
+}
+
+// approve applies resume's approval answers (payload.approved) to the calls whose approval
+// they name, and reports whether each found its call.
+func (t *Transcript) approve(resume []resumeEntry) bool {
+	all := true
+	for _, r := range resume {
+		var p struct {
+			Approved *bool `json:"approved"`
+		}
+		if json.Unmarshal(r.Payload, &p) != nil || p.Approved == nil {
+			continue
+		}
+		found := false
+		t.eachCall(func(p *Part) bool { return p.Approval != nil && p.Approval.ID == r.InterruptID }, func(_ *Message, part *Part) {
+			found = true
+			v := *p.Approved
+			a := *part.Approval
+			a.Approved = &v
+			part.Approval = &a
+			part.State, part.Raw = "approval-responded", nil
+		})
+		all = all && found
+	}
+	return all
+}
+
+// answered stops reporting t.Interrupts when resume answers one of them, keeping them for
+// Finish to restore if runID fails.
+func (t *Transcript) answered(runID string, resume []resumeEntry) {
+	if t.Interrupts == nil {
+		return
+	}
+	for _, raw := range t.Interrupts.Pending {
+		id, _ := asString(object(raw)["id"])
+		if slices.ContainsFunc(resume, func(r resumeEntry) bool { return r.InterruptID == id }) {
+			if t.Answered == nil {
+				t.Answered = map[string]*Interrupts{}
 			}
+			t.Answered[runID] = t.Interrupts
+			t.Interrupts = nil
+			return
 		}
 	}
-	return nil
+}
+
+// applyLate applies the late answers that find their calls now, and keeps the others while
+// a run that may make them is unfinished.
+func (t *Transcript) applyLate() {
+	var keep []Answers
+	for _, a := range t.Late {
+		if a.Resume != nil && t.approve(a.Resume) {
+			t.answered(a.Run, a.Resume)
+			a.Resume = nil
+		}
+		var rows []json.RawMessage
+		for _, raw := range a.ToolRows {
+			var m wireMessage
+			if json.Unmarshal(raw, &m) == nil && !t.clientToolResult(m.ToolCallID, m.Content) {
+				rows = append(rows, raw)
+			}
+		}
+		a.ToolRows = rows
+		if len(t.Anchors) > 0 && (a.Resume != nil || a.ToolRows != nil) {
+			keep = append(keep, a)
+		}
+	}
+	t.Late = keep
+}
+
+// dropAnchor forgets runID's anchor.
+func (t *Transcript) dropAnchor(runID string) {
+	t.Anchors = slices.DeleteFunc(t.Anchors, func(a Anchor) bool { return a.Run == runID })
+	if len(t.Anchors) == 0 {
+		t.Anchors = nil
+	}
+}
+
+// split returns the messages of t up to runID's anchor and those after it (added by runs
+// accepted later); all of them and none when runID has no anchor, or its anchor is gone (a
+// regenerate cut it).
+func (t *Transcript) split(runID string) (head, tail []Message) {
+	a := t.anchor(runID)
+	if a == nil {
+		return t.Messages, nil
+	}
+	at := -1
+	if a.After != "" {
+		if at = t.index(a.After); at < 0 {
+			return t.Messages, nil
+		}
+	}
+	return t.Messages[:at+1], t.Messages[at+1:]
 }
 
 // wireMessage is a message of a RunAgentInput as @tanstack/ai-client posts it.
@@ -468,12 +593,12 @@ func (t *Transcript) eachCall(match func(*Part) bool, f func(*Message, *Part)) {
 
 // clientToolResult applies a tool row of the wire to a call that waits for
 // its client tool's result (ChatClient's addToolResult): a call without
-// approval, output or result part.
-func (t *Transcript) clientToolResult(callID string, content json.RawMessage) {
+// approval, output or result part. It reports whether t has the call.
+func (t *Transcript) clientToolResult(callID string, content json.RawMessage) (found bool) {
 	for _, m := range t.Messages {
 		for _, p := range m.Parts {
 			if p.Type == "tool-result" && p.ToolCallID == callID {
-				return // the wire's row of a result t has
+				return true // the wire's row of a result t has
 			}
 		}
 	}
@@ -503,6 +628,7 @@ func (t *Transcript) clientToolResult(callID string, content json.RawMessage) {
 		}
 		m.Parts = append(m.Parts, r)
 	})
+	return done
 }
 
 func (t *Transcript) index(id string) int {
@@ -518,8 +644,15 @@ func (t *Transcript) index(id string) int {
 // marker to RUN_FINISHED or RUN_ERROR) to t as the client's StreamProcessor would. A
 // RUN_FINISHED with an interrupt outcome sets t.Interrupts (the run's interrupts, verbatim);
 // a run that ends with RUN_ERROR restores the interrupts it answered.
+//
+// The run's messages go right after its anchor (the transcript's end at its acceptance),
+// before the messages of runs accepted after it: a reply whose finish lands after the next
+// run's acceptance is still placed after its own question. A message those later runs posted
+// that the run built itself (a client that posted the reply with the id this gateway gave it
+// before its finish landed) is kept once, as built.
 func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
-	b := newBuilder(runID, t.Messages)
+	head, tail := t.split(runID)
+	b := newBuilder(runID, head)
 	for _, e := range events {
 		if err := b.apply(e); err != nil {
 			return fmt.Errorf("thread: finish %s: %w", runID, err)
@@ -529,7 +662,25 @@ func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
 		b.finalizeStream()
 	}
 	settle(b.msgs)
+	built := len(b.msgs)
+	for _, m := range tail {
+		if b.find(m.ID) == nil {
+			b.msgs = append(b.msgs, m)
+		}
+	}
 	t.Messages = b.msgs
+	// The runs accepted after this one at the same place now follow its reply.
+	if a := t.anchor(runID); a != nil && built > len(head) {
+		last, later := b.msgs[built-1].ID, false
+		for i := range t.Anchors {
+			if t.Anchors[i].Run == runID {
+				later = true
+			} else if later && t.Anchors[i].After == a.After {
+				t.Anchors[i].After = last
+			}
+		}
+	}
+	t.dropAnchor(runID)
 	answered := t.Answered[runID]
 	delete(t.Answered, runID)
 	if len(t.Answered) == 0 {
@@ -545,6 +696,7 @@ func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
 			t.Interrupts = &Interrupts{RunID: runID, Pending: pending}
 		}
 	}
+	t.applyLate()
 	return nil
 }
 

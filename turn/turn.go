@@ -9,8 +9,8 @@
 //     delivered to the sink with its offset, in order (persist before deliver);
 //  3. when the agent's stream ends (not at the first RUN_FINISHED), appends the terminal the
 //     protocol demands: nothing if the sequence is terminated, else RUN_ERROR with code
-//     incomplete, agent_error, protocol_violation, limit_exceeded, aborted (Abort) or
-//     shutdown (Shutdown),
+//     incomplete, agent_error, protocol_violation, limit_exceeded, aborted (Abort),
+//     shutdown (Shutdown) or that of Config.Refused (which the agent never sees),
 //     preceded by the synthetic ends of open chunk streams (protocol.Pipeline.Fail); never a
 //     RUN_ERROR right after a RUN_ERROR, which the verifier refuses (the log already ends
 //     with a terminal);
@@ -48,6 +48,7 @@ package turn
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -55,6 +56,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
@@ -182,15 +186,39 @@ type Config struct {
 	AgentStopTimeout time.Duration
 	Limits           Limits // zero fields: the defaults
 	// Context carries values for the agent (e.g. the client's handshake headers,
-	// agent.WithClientHeader); its cancellation is ignored. nil: none.
+	// agent.WithClientHeader) and the turn's span, if any; its cancellation is ignored. nil:
+	// none. When the span records (trace.SpanFromContext), the turn records on it its
+	// outcome and code, an event when its first event after run.accepted is stored, a child
+	// span of the agent's call (the agent's context carries it) and one of its appends; the
+	// caller ends it. The turn's log lines are written with this context.
 	Context context.Context
 	// OnEnd, if set, is called once from the driver goroutine when the turn has ended and its
 	// log is closed, just before Done is closed.
 	OnEnd func(metrics.Outcome)
+	// OnLost, if set, is called once from the driver goroutine, instead of delivering the
+	// bare RUN_ERROR log_unavailable, when the turn ended because its log's lease was lost
+	// (Log.Lost: another gateway took the run over, or reaped it): the run's log goes on, or
+	// ends, elsewhere, and the sink's client should read it from there.
+	OnLost func()
+	// Accepted is when the gateway accepted the run frame, where the agent histograms'
+	// time to first token and turn duration count from. Zero: when Start was called.
+	Accepted time.Time
 	// Aborted starts the turn aborted (its abort arrived before its run frame): the log gets
 	// run.accepted then RUN_ERROR aborted, the agent never runs, nothing is delivered live.
 	Aborted bool
+	// Refused, if set, ends the turn before the agent is called: the log gets run.accepted
+	// then RUN_ERROR with its code and message (outcome limit_exceeded), delivered live, so
+	// that the client and the run's thread see why.
+	Refused *Refusal
+	// Used, if set, is called once from the driver when the run's terminal is stored and its
+	// terminals reported a token usage, with that usage by model (the entries' "model", ""
+	// for entries naming none). Only the turn that produces a run calls it: never a resume,
+	// a join or a replay.
+	Used func(byModel map[string]metrics.Usage)
 }
+
+// Refusal is the RUN_ERROR of a turn refused before its agent is called (Config.Refused).
+type Refusal struct{ Code, Message string }
 
 // ErrConfig reports a Config without Input, Agent or Log, or with negative limits.
 var ErrConfig = errors.New("turn: invalid config")
@@ -233,6 +261,18 @@ type Turn struct {
 	pending   sync.WaitGroup
 
 	outcome metrics.Outcome // written by the driver before done closes
+
+	tr *turnTrace // nil unless the span of cfg.Context records (trace.go)
+
+	// What the agent histograms measure, written by stored callbacks under latMu; exemplar is
+	// set by the driver before the agent starts.
+	latMu      sync.Mutex
+	exemplar   prometheus.Labels
+	deltas     int
+	firstDelta time.Time
+	lastDelta  time.Time
+	usage      metrics.Usage            // of the terminals stored
+	byModel    map[string]metrics.Usage // the same by model, for Config.Used
 }
 
 // Start validates cfg and starts the turn. The turn owns cfg.Log from here on.
@@ -246,6 +286,9 @@ func Start(cfg Config) (*Turn, error) {
 	cfg.Limits = cfg.Limits.orDefaults()
 	if cfg.Context == nil {
 		cfg.Context = context.Background()
+	}
+	if cfg.Accepted.IsZero() {
+		cfg.Accepted = time.Now()
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -265,6 +308,7 @@ func Start(cfg Config) (*Turn, error) {
 		done:   make(chan struct{}),
 		sink:   cfg.Sink,
 		pipe:   protocol.NewPipeline(protocol.PipelineOptions{Upgrade: true}),
+		tr:     newTurnTrace(trace.SpanFromContext(cfg.Context)),
 	}
 	cfg.Metrics.TurnStarted()
 	if cfg.Aborted {
@@ -345,19 +389,95 @@ func (t *Turn) fail(err error) {
 func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<- error) {
 	data := ev.JSON()
 	t.lastType = ev.Type()
+	delta := t.lastType == protocol.TextMessageContent || t.lastType == protocol.ToolCallArgs
+	terminal := t.lastType.Terminal()
 	t.pending.Add(1)
-	t.cfg.Log.Append(data, func(offset string, err error) {
+	done := func(offset string, err error) {
 		defer t.pending.Done()
 		if err != nil {
 			t.fail(err)
 		} else {
 			t.cfg.Metrics.EventAppended(time.Since(emitted))
+			if delta {
+				t.deltaStored(time.Now())
+			}
+			if terminal {
+				t.usageStored(data)
+			}
 			t.deliver(offset, data, emitted)
 		}
 		if stored != nil {
 			stored <- err
 		}
-	})
+	}
+	if t.tr != nil {
+		done = t.tr.observe(ev, emitted, done)
+	}
+	t.cfg.Log.Append(data, done)
+}
+
+// deltaStored counts a text or tool-call delta stored at now, and observes its gap to the
+// previous one.
+func (t *Turn) deltaStored(now time.Time) {
+	t.latMu.Lock()
+	defer t.latMu.Unlock()
+	if t.deltas == 0 {
+		t.firstDelta = now
+	} else {
+		t.cfg.Metrics.TokenGap(now.Sub(t.lastDelta), t.exemplar)
+	}
+	t.deltas++
+	t.lastDelta = now
+}
+
+// usageStored adds the usage of a stored terminal event (RUN_FINISHED or RUN_ERROR; a turn's
+// agent loop stores several) to the run's.
+func (t *Turn) usageStored(event []byte) {
+	var ev struct {
+		Usage []struct {
+			metrics.Usage
+			Model string `json:"model"`
+		} `json:"usage"`
+	}
+	if json.Unmarshal(event, &ev) != nil {
+		return
+	}
+	t.latMu.Lock()
+	defer t.latMu.Unlock()
+	for _, u := range ev.Usage {
+		t.usage = t.usage.Add(u.Usage)
+		if t.cfg.Used != nil {
+			if t.byModel == nil {
+				t.byModel = map[string]metrics.Usage{}
+			}
+			t.byModel[u.Model] = t.byModel[u.Model].Add(u.Usage)
+		}
+	}
+}
+
+// Usage returns the token usage the run's stored terminals reported; it is valid once Done
+// is closed.
+func (t *Turn) Usage() metrics.Usage {
+	<-t.done
+	t.latMu.Lock()
+	defer t.latMu.Unlock()
+	return t.usage
+}
+
+// measured observes the run's latencies once its terminal is stored at end.
+func (t *Turn) measured(end time.Time) {
+	t.latMu.Lock()
+	defer t.latMu.Unlock()
+	r := metrics.RunLatency{Deltas: t.deltas, Duration: end.Sub(t.cfg.Accepted), Exemplar: t.exemplar}
+	if t.deltas > 0 {
+		r.FirstToken = t.firstDelta.Sub(t.cfg.Accepted)
+		r.Span = t.lastDelta.Sub(t.firstDelta)
+	}
+	t.cfg.Metrics.RunMeasured(r)
+	t.cfg.Metrics.TokensUsed(t.usage)
+	if t.cfg.Used != nil && t.usage != (metrics.Usage{}) {
+		t.cfg.Used(t.byModel)
+	}
 }
 
 // emit is the agent's emit function.
@@ -421,27 +541,52 @@ func (t *Turn) stopEmits() error {
 // drive is the turn's driver goroutine.
 func (t *Turn) drive() {
 	defer close(t.done)
+	// ctx is the turn's context: the agent runs in it, and the exemplars of the run's
+	// latencies take their trace_id from the span context it holds.
 	ctx, cancel := context.WithCancel(context.WithoutCancel(t.cfg.Context))
 	defer cancel()
+	var traceID string
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		traceID = sc.TraceID().String()
+	}
+	t.latMu.Lock()
+	t.exemplar = metrics.Exemplar(t.cfg.Input.RunID, traceID)
+	t.latMu.Unlock()
 
 	outcome, code, msg := t.runAgent(ctx, cancel)
 	terminalStored := t.appendTerminal(outcome, code, msg)
 	t.pending.Wait()
+	acked := time.Now()
 	if len(t.failCh) > 0 {
 		terminalStored = false // an append failed: every later one failed too
 	}
+	if terminalStored {
+		t.measured(time.Now())
+	}
 	if !terminalStored {
 		outcome = metrics.OutcomeLogFailed
-		t.deliver("", protocol.AppendRunError(nil, MsgLogUnavailable, CodeLogUnavailable), time.Now())
+		select {
+		case <-t.cfg.Log.Lost():
+			if t.cfg.OnLost != nil {
+				t.cfg.OnLost()
+				break
+			}
+			t.deliver("", protocol.AppendRunError(nil, MsgLogUnavailable, CodeLogUnavailable), time.Now())
+		default:
+			t.deliver("", protocol.AppendRunError(nil, MsgLogUnavailable, CodeLogUnavailable), time.Now())
+		}
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
 	defer ccancel()
 	if err := t.cfg.Log.Close(cctx); err != nil {
-		t.log.Warn("closing run log", slog.String(keyErr, err.Error()))
+		t.log.WarnContext(t.cfg.Context, "closing run log", slog.String(keyErr, err.Error()))
 	}
 	t.outcome = outcome
+	if t.tr != nil {
+		t.tr.end(t, outcome, acked)
+	}
 	t.cfg.Metrics.TurnEnded(outcome)
-	t.log.Debug("turn ended", slog.String(keyOutcome, string(outcome)))
+	t.log.DebugContext(t.cfg.Context, "turn ended", slog.String(keyOutcome, string(outcome)))
 	if t.cfg.OnEnd != nil {
 		t.cfg.OnEnd(outcome)
 	}
@@ -450,6 +595,7 @@ func (t *Turn) drive() {
 // Attribute keys of the turn's log lines.
 const (
 	keyErr     = "err"
+	keyCode    = "code"
 	keyOutcome = "outcome"
 	keyWaited  = "waited"
 )
@@ -465,7 +611,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 	case err := <-markerStored:
 		if err != nil {
 			t.stopEmits()
-			t.log.Warn("appending run.accepted", slog.String(keyErr, err.Error()))
+			t.log.WarnContext(t.cfg.Context, "appending run.accepted", slog.String(keyErr, err.Error()))
 			return metrics.OutcomeLogFailed, "", ""
 		}
 		// A stop requested before the marker was stored wins over starting the agent.
@@ -474,6 +620,11 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 			t.stopEmits()
 			return stopOutcome(r)
 		default:
+		}
+		if r := t.cfg.Refused; r != nil {
+			t.stopEmits()
+			t.log.InfoContext(t.cfg.Context, "run refused", slog.String(keyCode, r.Code))
+			return metrics.OutcomeLimitExceeded, r.Code, r.Message
 		}
 	case r := <-t.stopCh:
 		t.stopEmits()
@@ -485,7 +636,16 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 
 	agentDone := make(chan error, 1)
 	t.agentCtx = ctx
-	go func() { agentDone <- t.cfg.Agent.Run(ctx, t.cfg.Input, t.emit) }()
+	go func() {
+		if t.tr == nil {
+			agentDone <- t.cfg.Agent.Run(ctx, t.cfg.Input, t.emit)
+			return
+		}
+		actx, span := t.tr.startAgent(ctx)
+		err := t.cfg.Agent.Run(actx, t.cfg.Input, t.emit)
+		endAgent(span, err)
+		agentDone <- err
+	}()
 	// The agent's goroutine is joined before the driver appends the terminal, or, if it
 	// ignores its context for AgentStopTimeout, left behind: emit refuses its events from
 	// stopEmits on, so none can follow the terminal either way.
@@ -497,7 +657,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 		select {
 		case <-agentDone:
 		case <-wait.C:
-			t.log.Warn("agent ignored its cancellation: the turn ends without it",
+			t.log.WarnContext(t.cfg.Context, "agent ignored its cancellation: the turn ends without it",
 				slog.Duration(keyWaited, t.cfg.AgentStopTimeout))
 		}
 		return violation
@@ -518,7 +678,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 			}
 			stopAgent()
 			msg := fmt.Sprintf("the agent emitted no event for %v (agent-idle-timeout)", t.cfg.Limits.IdleTimeout)
-			t.log.Info("agent silent", slog.String(keyErr, msg))
+			t.log.InfoContext(t.cfg.Context, "agent silent", slog.String(keyErr, msg))
 			return metrics.OutcomeLimitExceeded, CodeLimitExceeded, msg
 		case err := <-agentDone:
 			violation := t.stopEmits()
@@ -527,13 +687,13 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 			t.mu.Unlock()
 			switch {
 			case violation != nil:
-				t.log.Info("agent output refused", slog.String(keyErr, violation.Error()))
+				t.log.InfoContext(t.cfg.Context, "agent output refused", slog.String(keyErr, violation.Error()))
 				return metrics.OutcomeProtocolViolation, CodeViolation, violation.Error()
 			case limit != nil:
-				t.log.Info("agent output over a limit", slog.String(keyErr, limit.Error()))
+				t.log.InfoContext(t.cfg.Context, "agent output over a limit", slog.String(keyErr, limit.Error()))
 				return metrics.OutcomeLimitExceeded, CodeLimitExceeded, strings.TrimPrefix(limit.Error(), ErrLimit.Error()+": ")
 			case err != nil:
-				t.log.Info("agent failed", slog.String(keyErr, err.Error()))
+				t.log.InfoContext(t.cfg.Context, "agent failed", slog.String(keyErr, err.Error()))
 				return metrics.OutcomeAgentError, CodeAgentError, err.Error()
 			}
 			t.mu.Lock()
@@ -549,11 +709,11 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 		case err := <-t.failCh:
 			stopAgent()
 			t.fail(err) // keep it visible to appendTerminal
-			t.log.Warn("run log failed", slog.String(keyErr, err.Error()))
+			t.log.WarnContext(t.cfg.Context, "run log failed", slog.String(keyErr, err.Error()))
 			return metrics.OutcomeLogFailed, "", ""
 		case <-t.cfg.Log.Lost():
 			stopAgent()
-			t.log.Warn("run log lease lost")
+			t.log.WarnContext(t.cfg.Context, "run log lease lost")
 			return metrics.OutcomeLogFailed, "", ""
 		}
 	}

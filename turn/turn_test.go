@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"go.opentelemetry.io/otel/trace"
 	"go.uber.org/goleak"
 
 	"github.com/wsgateway/wsgateway/jetstream"
@@ -627,5 +630,68 @@ func TestAgentIgnoringCancellation(t *testing.T) {
 	release <- struct{}{}
 	if err := <-emitted; !errors.Is(err, turn.ErrStopped) {
 		t.Errorf("emit after the turn ended = %v, want ErrStopped", err)
+	}
+}
+
+// TestLatencyExemplarTraceID: the latency a turn observes carries, as its exemplar, the runId
+// and the trace id of the span context in the turn's Config.Context, the context the agent
+// runs in.
+func TestLatencyExemplarTraceID(t *testing.T) {
+	store := openStore(t)
+	const runID = "traced"
+	w, err := store.Create(context.Background(), principal, runID, "t1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tid, _ := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	sid, _ := trace.SpanIDFromHex("00f067aa0ba902b7")
+	ctx := trace.ContextWithSpanContext(context.Background(),
+		trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled}))
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg)
+	m.SetAgent("test", "")
+	var agentTrace trace.TraceID
+	tr, err := turn.Start(turn.Config{Input: input(t, runID), Log: w, Context: ctx, Metrics: m,
+		Agent: agentFunc(func(ctx context.Context, emit func([]byte) error) error {
+			agentTrace = trace.SpanContextFromContext(ctx).TraceID()
+			return emitAll(emit, started, msgStart, content, content, msgEnd, finished)
+		})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Wait(context.Background())
+	if agentTrace != tid {
+		t.Errorf("the agent's context has trace %s, want %s", agentTrace, tid)
+	}
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, f := range families {
+		if !strings.HasPrefix(f.GetName(), "wsgateway_agent_") || f.GetType() != dto.MetricType_HISTOGRAM {
+			continue
+		}
+		for _, mm := range f.GetMetric() {
+			for _, b := range mm.GetHistogram().GetBucket() {
+				ex := b.GetExemplar()
+				if ex == nil {
+					continue
+				}
+				labels := map[string]string{}
+				for _, l := range ex.GetLabel() {
+					labels[l.GetName()] = l.GetValue()
+				}
+				if labels["trace_id"] != tid.String() || labels["run_id"] != runID {
+					t.Errorf("%s: exemplar %v, want trace_id %s and run_id %s", f.GetName(), labels, tid, runID)
+				}
+				seen[f.GetName()] = true
+			}
+		}
+	}
+	for _, name := range []string{"time_to_first_token_seconds", "inter_token_seconds", "tokens_per_second", "turn_duration_seconds"} {
+		if !seen["wsgateway_agent_"+name] {
+			t.Errorf("wsgateway_agent_%s has no exemplar", name)
+		}
 	}
 }

@@ -28,6 +28,11 @@
 //	                          one interrupt {id "<call id>.approval", reason
 //	                          "approval_required", toolCallId, metadata {kind "approval",
 //	                          toolName, input}} (the shape @tanstack/ai-client answers)
+//	usage (bool)              every RUN_FINISHED carries "usage":[{"model":"demo",
+//	                          "inputTokens":<words of the last user message>,
+//	                          "outputTokens":<content deltas of the run's reply>,
+//	                          "totalTokens":<their sum>}], a deterministic usage for
+//	                          tests of metering and budgets
 //
 // Each run of the turn is: RUN_STARTED{threadId, runId} (the frame's), TEXT_MESSAGE_START of
 // the reply, the reasoning span, the tool call, the reply's content and TEXT_MESSAGE_END,
@@ -69,6 +74,7 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"github.com/wsgateway/wsgateway/agent"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -111,6 +117,7 @@ type Options struct {
 	Invalid    bool   `json:"invalid,omitempty"`
 	Timestamps bool   `json:"timestamps,omitempty"`
 	Approval   bool   `json:"approval,omitempty"`
+	Usage      bool   `json:"usage,omitempty"`
 }
 
 // Agent is the demo agent. The zero value is ready to use and safe for concurrent turns.
@@ -168,9 +175,12 @@ func (a *Agent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func(e
 	// the following ones back, so turns started apart stay apart.
 	var first time.Time
 	i := 0
+	replayed := agent.Replayed(ctx)
 	for ev := range s.events {
 		if i == 0 {
 			first = time.Now()
+		} else if i < replayed {
+			first = time.Now().Add(-time.Duration(i) * interval) // a replay's stored part is not paced
 		} else if interval > 0 {
 			if wait := time.Until(first.Add(time.Duration(i) * interval)); wait > 0 {
 				if timer == nil {
@@ -439,6 +449,9 @@ func (s *script) run(k int, yield func(event) bool) bool {
 		return false
 	}
 	finished := event{typ: "RUN_FINISHED", threadID: s.threadID, runID: s.runID}
+	if s.opts.Usage {
+		finished.usage = s.usage()
+	}
 	if s.opts.Approval && s.answer == nil && k == s.runs() {
 		// The last run asks for approval of a tool call; the turn's earlier runs do not.
 		call := id("approval-call")
@@ -448,6 +461,15 @@ func (s *script) run(k int, yield func(event) bool) bool {
 		finished.outcome = approvalOutcome(call)
 	}
 	return yield(finished)
+}
+
+// usage is the TokenUsage array of a run's RUN_FINISHED: the words of the user's message in,
+// the reply's deltas out.
+func (s *script) usage() string {
+	in := len(splitWords(s.userText))
+	out := 0
+	s.deltas("", "", func(event) bool { out++; return true })
+	return fmt.Sprintf(`[{"model":"demo","inputTokens":%d,"outputTokens":%d,"totalTokens":%d}]`, in, out, in+out)
 }
 
 // toolCall yields a get_weather call with its arguments in several deltas.
@@ -478,6 +500,7 @@ type event struct {
 	typ, threadID, runID, parentRunID, messageID, role, toolCallID, toolCallName, content string
 
 	outcome   string // RUN_FINISHED's outcome, JSON; "" for none
+	usage     string // RUN_FINISHED's usage, JSON; "" for none
 	createdAt string // TEXT_MESSAGE_START's metadata.tanstack.createdAt; "" for none
 
 	hasDelta bool   // the event has a delta: delta, or "t<token> " when token > 0
@@ -512,6 +535,10 @@ func (e *event) appendJSON(b []byte, at time.Time) []byte {
 	if e.outcome != "" {
 		b = append(b, `,"outcome":`...)
 		b = append(b, e.outcome...)
+	}
+	if e.usage != "" {
+		b = append(b, `,"usage":`...)
+		b = append(b, e.usage...)
 	}
 	micros := !at.IsZero() && !strings.HasSuffix(e.typ, "_CHUNK")
 	if !at.IsZero() {

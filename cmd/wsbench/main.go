@@ -11,6 +11,8 @@
 //	wsbench table RESULTS_DIR       the side-by-side table of bench/run's JSON results
 //	wsbench delay-proxy [flags]     a TCP proxy adding a delay each way (NATS far away)
 //	wsbench page-faults [flags]     what the machine charges for a fresh page of memory
+//	wsbench hostile [flags]         one principal starting long turns by every door and
+//	                                walking away, another principal's turns meanwhile (bench/hostile)
 //
 // A load run opens --sockets conversation sockets (from --source-ips loopback addresses, so
 // ten thousand sockets do not exhaust one address's ephemeral ports), lets them sit idle for
@@ -78,6 +80,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return delayProxyMain(ctx, args[1:], stdout, stderr)
 		case "page-faults":
 			return pageFaultsMain(args[1:], stdout, stderr)
+		case "hostile":
+			return hostileMain(ctx, args[1:], stdout, stderr)
 		case "help", "-h", "--help":
 			fmt.Fprintln(stderr, "usage: wsbench [flags] | wsbench raw-jetstream [flags] | wsbench raw-websocket [flags] | wsbench centrifugo [flags] | wsbench table DIR | wsbench delay-proxy [flags] | wsbench page-faults [flags]")
 			fmt.Fprintln(stderr, "run a subcommand with -h for its flags")

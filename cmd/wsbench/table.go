@@ -17,10 +17,14 @@ import (
 // named <scenario>.<server>.<n>.json holding a load report (servers "gateway" and
 // "reference") or a raw baseline (server "machine"), and <scenario>.<server>.<n>-<i>.json
 // for the i-th of several servers loaded at once in run n (the fleet scenario). Every figure
-// is the median over the runs n.
+// is the median over the runs n. With --compare BASE_DIR, the results of another build of the
+// gateway measured in the same invocation (bench/run compare) stand beside them, with the
+// ratio of the two.
 func tableMain(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("wsbench table", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	compare := fs.String("compare", "", "results directory of the build to compare against")
+	baseName := fs.String("base-name", "base", "what to call that build in the table")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -28,7 +32,7 @@ func tableMain(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: wsbench table RESULTS_DIR")
+		fmt.Fprintln(stderr, "usage: wsbench table [--compare BASE_DIR [--base-name NAME]] RESULTS_DIR")
 		return 2
 	}
 	res, err := loadResults(fs.Arg(0))
@@ -36,7 +40,16 @@ func tableMain(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "wsbench table:", err)
 		return 1
 	}
-	res.write(stdout)
+	if *compare == "" {
+		res.write(stdout)
+		return 0
+	}
+	base, err := loadResults(*compare)
+	if err != nil {
+		fmt.Fprintln(stderr, "wsbench table:", err)
+		return 1
+	}
+	writeCompare(stdout, base, res, *baseName)
 	return 0
 }
 
@@ -107,23 +120,90 @@ func median[T any](rs []T, f func(T) float64) (float64, int) {
 	return (v[len(v)/2-1] + v[len(v)/2]) / 2, len(v)
 }
 
+// A cell is one figure of the table: the median v of n runs, printed with format, and the
+// text to print instead where the figure is more than one number (v is then the first).
+type cell struct {
+	v      float64
+	n      int
+	format string
+	text   string
+}
+
+func (c cell) String() string {
+	switch {
+	case c.text != "":
+		return c.text
+	case c.format == "": // no such figure for this column
+		return ""
+	case c.n == 0: // not measured
+		return "-"
+	}
+	return fmt.Sprintf(c.format+" (n=%d)", c.v, c.n)
+}
+
+// ratioOf is a/b as the table prints it, or "-" where either was not measured.
+func ratioOf(a, b cell) string {
+	if a.n == 0 || b.n == 0 || b.v == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f×", a.v/b.v)
+}
+
+// A tableRow is one figure of the gateway beside its anchor (the reference server,
+// Centrifugo or the machine's raw limit).
+type tableRow struct {
+	fig     string
+	gw, ref cell
+	ratio   string
+	target  string
+}
+
 func (r *results) write(w io.Writer) {
 	fmt.Fprintf(w, "| figure | gateway | reference | ratio | target |\n|---|---|---|---|---|\n")
-	row := func(fig, gw, ref, ratio, target string) {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", fig, gw, ref, ratio, target)
+	for _, x := range r.rows() {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", x.fig, x.gw, x.ref, x.ratio, x.target)
 	}
-	num := func(v float64, n int, format string) string {
-		if n == 0 {
-			return "-"
+	if len(r.failed) > 0 {
+		fmt.Fprintf(w, "\nRuns that failed before reporting (not in the medians): %s\n", strings.Join(r.failed, ", "))
+	}
+}
+
+// writeCompare writes the figures of two builds of the gateway measured in one invocation:
+// the working tree's (tree) beside baseName's (base), their ratio, and the anchor of the
+// tree's runs with the tree's ratio to it; figures of scenarios neither ran are left out.
+func writeCompare(w io.Writer, base, tree *results, baseName string) {
+	fmt.Fprintf(w, "| figure | this tree | %s | tree / %s | anchor | tree / anchor | target |\n|---|---|---|---|---|---|---|\n", baseName, baseName)
+	old := map[string]tableRow{}
+	for _, x := range base.rows() {
+		old[x.fig] = x
+	}
+	for _, x := range tree.rows() {
+		b := old[x.fig]
+		if x.gw.n == 0 && b.gw.n == 0 && x.ref.n == 0 {
+			continue // a scenario this comparison did not run
 		}
-		return fmt.Sprintf(format+" (n=%d)", v, n)
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s |\n", x.fig, x.gw, b.gw, ratioOf(x.gw, b.gw), x.ref, x.ratio, x.target)
 	}
-	ratio := func(a, b float64, na, nb int) string {
-		if na == 0 || nb == 0 || b == 0 {
-			return "-"
+	for _, r := range []struct {
+		name string
+		res  *results
+	}{{"this tree", tree}, {baseName, base}} {
+		if len(r.res.failed) > 0 {
+			fmt.Fprintf(w, "\nRuns of %s that failed before reporting (not in the medians): %s\n", r.name, strings.Join(r.res.failed, ", "))
 		}
-		return fmt.Sprintf("%.2f×", a/b)
 	}
+}
+
+// rows computes every figure of the table.
+func (r *results) rows() []tableRow {
+	var out []tableRow
+	row := func(fig string, gw, ref cell, ratio, target string) {
+		out = append(out, tableRow{fig, gw, ref, ratio, target})
+	}
+	num := func(v float64, n int, format string) cell { return cell{v: v, n: n, format: format} }
+	ratio := func(a, b float64, na, nb int) string { return ratioOf(num(a, na, ""), num(b, nb, "")) }
+	none := cell{}
+	text := func(c cell, s string) cell { c.text = s; return c }
 	eps := func(x *report) float64 { return x.EventsPerSec }
 	errs := func(x *report) float64 { return float64(x.Errors + x.TurnsFailed) }
 
@@ -148,9 +228,9 @@ func (r *results) write(w io.Writer) {
 	c2, nc2 = median(r.load["throughput.reference"], cli)
 	row("throughput, wsbench's own CPU µs per event", num(c1, nc1, "%.1f"), num(c2, nc2, "%.1f"), "", "(shares the cores with the server)")
 	js, njs := median(r.raw["raw-jetstream"], func(x *rawReport) float64 { return x.PerSec })
-	row("raw JetStream async publishes/s", num(js, njs, "%.0f"), "", ratio(gw, js, ngw, njs), "gateway ≥ 0.5× raw JetStream")
+	row("raw JetStream async publishes/s", num(js, njs, "%.0f"), none, ratio(gw, js, ngw, njs), "gateway ≥ 0.5× raw JetStream")
 	ws, nws := median(r.raw["raw-websocket"], func(x *rawReport) float64 { return x.PerSec })
-	row("raw coder/websocket frames/s", num(ws, nws, "%.0f"), "", ratio(gw, ws, ngw, nws), "machine baseline (gateway / raw)")
+	row("raw coder/websocket frames/s", num(ws, nws, "%.0f"), none, ratio(gw, ws, ngw, nws), "machine baseline (gateway / raw)")
 	e1, n1 := median(r.load["throughput.gateway"], errs)
 	e2, n2 := median(r.load["throughput.reference"], errs)
 	row("throughput, errors + failed turns", num(e1, n1, "%.0f"), num(e2, n2, "%.0f"), "", "0")
@@ -172,7 +252,7 @@ func (r *results) write(w io.Writer) {
 	}
 	for _, q := range []int{50, 99} {
 		v, n := median(r.load["farstart.gateway"], func(x *report) float64 { return pct(x.FirstEventLatency, q) })
-		row(fmt.Sprintf("first event from run frame p%d, NATS 20 ms away (ms)", q), num(v, n, "%.1f"), "", "", "about 20 ms per round trip of a turn's start")
+		row(fmt.Sprintf("first event from run frame p%d, NATS 20 ms away (ms)", q), num(v, n, "%.1f"), none, "", "about 20 ms per round trip of a turn's start")
 	}
 	for k := 1; k <= 3; k++ {
 		sc := fmt.Sprintf("burst%d.", k)
@@ -193,7 +273,7 @@ func (r *results) write(w io.Writer) {
 	}
 	for _, q := range []int{99, 50} {
 		v, n := median(r.raw["raw-jetstream-paced"], func(x *rawReport) float64 { return pct(x.Latency, q) })
-		row(fmt.Sprintf("raw JetStream publish → ack p%d, paced like the latency scenario (ms)", q), num(v, n, "%.2f"), "", "", "machine baseline")
+		row(fmt.Sprintf("raw JetStream publish → ack p%d, paced like the latency scenario (ms)", q), num(v, n, "%.2f"), none, "", "machine baseline")
 	}
 	perSock := func(x *report) float64 { return x.IdleBytesPerSocket / 1024 }
 	a, na := median(r.load["idle.gateway"], perSock)
@@ -201,8 +281,8 @@ func (r *results) write(w io.Writer) {
 	row("RSS per idle socket (KiB)", num(a, na, "%.1f"), num(b, nb, "%.1f"), ratio(a, b, na, nb), "≤ 12 KiB and below reference")
 	g, ng := median(r.load["idle.gateway"], func(x *report) float64 { return float64(x.Goroutines) })
 	s, ns := median(r.load["idle.gateway"], func(x *report) float64 { return float64(x.Sockets) })
-	row("gateway goroutines with the idle sockets", num(g, ng, "%.0f")+" for "+num(s, ns, "%.0f")+" sockets", "", "", "one per socket")
-	r.writeFleet(row, num)
+	row("gateway goroutines with the idle sockets", text(num(g, ng, "%.0f"), num(g, ng, "%.0f").String()+" for "+num(s, ns, "%.0f").String()+" sockets"), none, "", "one per socket")
+	r.writeFleet(row, num, text)
 	for _, srv := range []string{"gateway", "reference"} {
 		rs := r.load["scale."+srv]
 		if len(rs) == 0 {
@@ -212,7 +292,7 @@ func (r *results) write(w io.Writer) {
 		t, _ := median(rs, func(x *report) float64 { return float64(x.TurnsCompleted) })
 		want, _ := median(rs, func(x *report) float64 { return float64(x.Active * x.Turns) })
 		v, _ := median(rs, eps)
-		row("scale ("+srv+"), errors; turns completed / started; events/s", fmt.Sprintf("%.0f; %.0f / %.0f; %.0f (n=%d)", e, t, want, v, n), "", "", "0 errors, all complete")
+		row("scale ("+srv+"), errors; turns completed / started; events/s", text(num(e, n, "%.0f"), fmt.Sprintf("%.0f; %.0f / %.0f; %.0f (n=%d)", e, t, want, v, n)), none, "", "0 errors, all complete")
 	}
 	cu := func(x *report) float64 {
 		if x.Replay == nil {
@@ -252,10 +332,8 @@ func (r *results) write(w io.Writer) {
 	}
 	rs, nrs := median(r.load["drops.gateway"], func(x *report) float64 { return float64(x.Resumes) })
 	e, ne := median(r.load["drops.gateway"], errs)
-	row("random drops: resumes; errors", num(rs, nrs, "%.0f")+"; "+num(e, ne, "%.0f"), "", "", "0 errors")
-	if len(r.failed) > 0 {
-		fmt.Fprintf(w, "\nRuns that failed before reporting (not in the medians): %s\n", strings.Join(r.failed, ", "))
-	}
+	row("random drops: resumes; errors", text(num(e, ne, "%.0f"), num(rs, nrs, "%.0f").String()+"; "+num(e, ne, "%.0f").String()), none, "", "0 errors")
+	return out
 }
 
 // pct returns percentile q (50, 95, 99, 999) of p, or NaN.
@@ -280,7 +358,7 @@ var nan = math.NaN()
 // writeFleet writes the rows of the fleet scenario: idle sockets on several gateways at once,
 // each run's RSS per socket over all of them (their RSS with the sockets less before them,
 // summed, over the sockets summed).
-func (r *results) writeFleet(row func(fig, gw, ref, ratio, target string), num func(float64, int, string) string) {
+func (r *results) writeFleet(row func(fig string, gw, ref cell, ratio, target string), num func(float64, int, string) cell, text func(cell, string) cell) {
 	type fleet struct{ servers, sockets, errors, perSocket float64 }
 	var runs []fleet
 	for key, rs := range r.fleets {
@@ -305,5 +383,5 @@ func (r *results) writeFleet(row func(fig, gw, ref, ratio, target string), num f
 	gw, _ := median(runs, func(f fleet) float64 { return f.servers })
 	ps, _ := median(runs, func(f fleet) float64 { return f.perSocket })
 	er, _ := median(runs, func(f fleet) float64 { return f.errors })
-	row(fmt.Sprintf("idle sockets on %.0f gateways sharing one NATS, RSS per socket (KiB)", gw), num(ps, n, "%.1f")+fmt.Sprintf(" for %.0f sockets, %.0f errors", sk, er), "", "", "100,000 sockets, ≤ 8 KiB")
+	row(fmt.Sprintf("idle sockets on %.0f gateways sharing one NATS, RSS per socket (KiB)", gw), text(num(ps, n, "%.1f"), num(ps, n, "%.1f").String()+fmt.Sprintf(" for %.0f sockets, %.0f errors", sk, er)), cell{}, "", "100,000 sockets, ≤ 8 KiB")
 }

@@ -420,6 +420,26 @@ func TestTable(t *testing.T) {
 			t.Errorf("table does not contain %q:\n%s", want, out.String())
 		}
 	}
+
+	// bench/run compare: another build's results beside these, with the ratio of the two.
+	base := t.TempDir()
+	b, _ := json.Marshal(&report{EventsPerSec: 40000})
+	if err := os.WriteFile(filepath.Join(base, "throughput.gateway.1.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	if code := run(context.Background(), []string{"table", "--compare", base, "--base-name", "abf503b", dir}, &out, &errOut); code != 0 {
+		t.Fatalf("table --compare exit %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{
+		"| figure | this tree | abf503b | tree / abf503b | anchor | tree / anchor | target |",
+		"| throughput, events/s delivered | 80000 (n=3) | 40000 (n=1) | 2.00× | 35000 (n=2) | 2.29× |",
+		"| raw JetStream async publishes/s | 100000 (n=1) | - | - |  | 0.80× |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("table --compare does not contain %q:\n%s", want, out.String())
+		}
+	}
 }
 
 var build struct {
@@ -469,8 +489,14 @@ type process struct {
 // or stderr), waits for that line, and stops it by its pid when the test ends.
 func startProcess(t *testing.T, name, bin string, args ...string) *process {
 	t.Helper()
+	return startProcessEnv(t, name, bin, nil, args...)
+}
+
+// startProcessEnv is startProcess with env (NAME=value) added to the process's environment.
+func startProcessEnv(t *testing.T, name, bin string, env []string, args ...string) *process {
+	t.Helper()
 	cmd := exec.Command(bin, args...)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, env...)
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {

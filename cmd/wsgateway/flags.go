@@ -15,6 +15,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/auth"
 	"github.com/wsgateway/wsgateway/conversation"
+	"github.com/wsgateway/wsgateway/durable"
 )
 
 // errUsage marks a command line that cannot run; the message says why.
@@ -49,6 +50,8 @@ type serveConfig struct {
 	heartbeat       time.Duration
 	idleTimeout     time.Duration
 	leaseTTL        time.Duration
+	takeover        string // auto, on or off
+	maxTakeovers    int
 	retention       time.Duration
 	threadRetention time.Duration
 	drainTimeout    time.Duration
@@ -60,6 +63,7 @@ type serveConfig struct {
 	aguiPath        string // AG-UI transport; empty: off
 	logFormat       string
 	logLevel        string
+	debugAddr       string // pprof and runtime metrics; empty: off
 
 	// Security (docs/SECURITY.md).
 	auth             string // authNone or authJWT
@@ -94,6 +98,13 @@ type serveConfig struct {
 	maxFollows       int
 	runFrameRate     float64
 	runFrameBurst    int
+	// The per-principal bounds across every door (docs/SECURITY.md).
+	maxPrincipalTurns    int
+	principalTurnRate    float64
+	principalTurnBurst   int
+	maxPrincipalHydrates int
+	maxPrincipalReaders  int
+	principalLimits      map[string]principalLimit // --principal-limit, repeatable
 
 	// The agui and openai agents (docs/AGENTS.md).
 	agentHeader         http.Header // --agent-header, repeatable
@@ -114,7 +125,34 @@ type serveConfig struct {
 	// idleReturn: an idle gateway returns the heap its collections free to the system
 	// (--idle-memory return).
 	idleReturn bool
+	// memoryLimit is the Go runtime's soft memory limit (--memory-limit): memoryAuto (from
+	// the container's cgroup limit), memoryOff, or a size. memoryBudget is the gateway's
+	// memory budget (--memory-budget): memoryAuto (from the memory limit) or a size.
+	memoryLimit  int64
+	memoryBudget int64
+
+	// The usage ledger and token budgets (docs/SECURITY.md, "Token budgets").
+	tokenBudget       int64
+	tokenBudgetPeriod time.Duration
+	usageRetention    time.Duration
+
+	// agent history (--agent-history, --agent-history-bytes): only what a run posted, or
+	// the thread's transcript cut to a byte budget (0: none).
+	agentHistoryClient bool
+	agentHistoryBytes  int64
 }
+
+// Values of --agent-history.
+const (
+	historyThread = "thread"
+	historyClient = "client"
+)
+
+// Values of --memory-limit and --memory-budget besides sizes.
+const (
+	memoryAuto int64 = 0
+	memoryOff  int64 = -1
+)
 
 // Modes of --idle-memory.
 const (
@@ -218,6 +256,14 @@ var serveFlags = []serveFlag{
 		c.agentAPIKeyEnv = v
 		return nil
 	}},
+	{"agent-history", historyThread, "what the agent is given as a run's messages: thread (the thread's transcript, with the replies and tool results of earlier runs, merged with what the run posted) or client (only what the run posted, for apps that manage history themselves)", func(c *serveConfig, v string) error {
+		if v != historyThread && v != historyClient {
+			return fmt.Errorf("want %s or %s", historyThread, historyClient)
+		}
+		c.agentHistoryClient = v == historyClient
+		return nil
+	}},
+	{"agent-history-bytes", "512KiB", "bytes of JSON of the thread's messages the agent is given: its leading system and developer messages, then the newest messages that fit, the newest one always; the cut is logged at debug level; 0: no bound", sizeSetter(0, func(c *serveConfig) *int64 { return &c.agentHistoryBytes })},
 	{"heartbeat", "30s", "interval of the {\"type\":\"ping\"} frames and WebSocket pings", durationSetter(func(c *serveConfig) *time.Duration { return &c.heartbeat })},
 	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing or it follows a thread", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
 	{"idle-memory", idleMemoryKeep, "what an idle gateway does with the heap its idle collections free: keep (the next turns reuse it) or return (to the system: 1 to 2 KiB less per idle socket, but the next turns pay a page fault for every page they grow into again)", func(c *serveConfig, v string) error {
@@ -227,7 +273,19 @@ var serveFlags = []serveFlag{
 		c.idleReturn = v == idleMemoryReturn
 		return nil
 	}},
-	{"lease-ttl", "15s", "producer lease; a run whose gateway died is ended (RUN_ERROR producer_lost) after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
+	{"memory-limit", "auto", "the Go runtime's soft memory limit: auto (90% of the container's cgroup memory limit when there is one; GOMEMLIMIT, when set, wins), off (the runtime's own: GOMEMLIMIT or none) or a size such as 2GiB", memorySetter(true, func(c *serveConfig) *int64 { return &c.memoryLimit })},
+	{"memory-budget", "auto", "bytes of memory clients and agents may make the gateway hold at once: events waiting to be stored, frames queued to sockets and HTTP streams, logs read whole; at half of it agents and replays wait, past three quarters new turns and hydrates are refused, at it a socket already behind is closed 1013. auto: a quarter of the memory limit, 128MiB without one", memorySetter(false, func(c *serveConfig) *int64 { return &c.memoryBudget })},
+	{"lease-ttl", "15s", "producer lease; a run whose gateway died is taken over by another (--takeover), or ended RUN_ERROR producer_lost, after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
+	{"takeover", "auto", "a run whose gateway died is taken over by a live gateway, which runs the agent again with the run's input and appends only what follows the stored events (a replay that disagrees with them ends RUN_ERROR replay_diverged): on (the agent replays: the same input gives the same events), off (such a run ends RUN_ERROR producer_lost) or auto (on for --agent demo, off otherwise)", func(c *serveConfig, v string) error {
+		switch v {
+		case "auto", "on", "off":
+		default:
+			return fmt.Errorf("want auto, on or off")
+		}
+		c.takeover = v
+		return nil
+	}},
+	{"max-takeovers", "3", "takeovers of one run (1 to 100); a run whose gateway dies again after as many ends RUN_ERROR producer_lost", intRange(100, func(c *serveConfig) *int { return &c.maxTakeovers })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
 	{"thread-retention", "720h", "how long a thread (its transcript and list of runs) is kept after its last turn, independently of the runs' logs", durationSetter(func(c *serveConfig) *time.Duration { return &c.threadRetention })},
 	{"drain-timeout", "10s", "on SIGTERM/SIGINT, how long running turns may finish before they are aborted", durationSetter(func(c *serveConfig) *time.Duration { return &c.drainTimeout })},
@@ -288,15 +346,24 @@ var serveFlags = []serveFlag{
 	{"max-socket-turns", strconv.Itoa(conversation.DefaultMaxTurnsPerSocket), "turns running at once on one conversation socket; a run frame for another runId gets RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxSocketTurns })},
 	{"max-follows", strconv.Itoa(conversation.DefaultMaxFollowsPerSocket), "threads one conversation socket may follow at once; a follow frame for another thread gets RUN_ERROR limit_exceeded", positiveInt(func(c *serveConfig) *int { return &c.maxFollows })},
 	{"max-principal-sockets", strconv.Itoa(conversation.DefaultMaxSocketsPerPrincipal), "sockets and HTTP streams one principal may hold at once; beyond, 429 before the upgrade", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalSock })},
-	{"run-frame-rate", strconv.Itoa(conversation.DefaultRunFrameRate), "run frames per second a conversation socket may send on average (aborts not counted); beyond, RUN_ERROR limit_exceeded", func(c *serveConfig, v string) error {
-		r, err := strconv.ParseFloat(v, 64)
-		if err != nil || !(r > 0) || r > 1e9 {
-			return fmt.Errorf("want a positive number")
+	{"run-frame-rate", strconv.Itoa(conversation.DefaultRunFrameRate), "run frames per second a conversation socket may send on average (aborts not counted); beyond, RUN_ERROR limit_exceeded", rateSetter(func(c *serveConfig) *float64 { return &c.runFrameRate })},
+	{"run-frame-burst", strconv.Itoa(conversation.DefaultRunFrameBurst), "run frames a conversation socket may send at once before --run-frame-rate applies", positiveInt(func(c *serveConfig) *int { return &c.runFrameBurst })},
+	{"max-principal-turns", strconv.Itoa(conversation.DefaultMaxTurnsPerPrincipal), "turns one principal runs at once on this gateway, by every door (sockets, HTTP POSTs, /agui, POST /api/threads/{id}/runs); beyond, RUN_ERROR limit_exceeded or 429", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalTurns })},
+	{"principal-turn-rate", strconv.Itoa(conversation.DefaultTurnStartRate), "turn starts per second one principal may make on average, by every door; beyond, RUN_ERROR limit_exceeded or 429", rateSetter(func(c *serveConfig) *float64 { return &c.principalTurnRate })},
+	{"principal-turn-burst", strconv.Itoa(conversation.DefaultTurnStartBurst), "turn starts one principal may make at once before --principal-turn-rate applies", positiveInt(func(c *serveConfig) *int { return &c.principalTurnBurst })},
+	{"max-principal-hydrates", strconv.Itoa(conversation.DefaultMaxHydratesPerPrincipal), "hydrates (GET ?threadId=) one principal may have in progress at once; beyond, 429", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalHydrates })},
+	{"max-principal-readers", strconv.Itoa(durable.DefaultMaxReaders), "Durable Streams reads (GET) one principal may have in progress at once; beyond, 429", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalReaders })},
+	{"principal-limit", "", "other per-principal bounds for one principal (a scheduler's subject), SUBJECT:key=value,... with keys sockets, turns, turn-rate, turn-burst, hydrates, readers; repeat the flag for more (in the environment variable: one per line)", principalLimitSetter},
+	{"token-budget", "0", "tokens (the usage's totalTokens) one principal may use per --token-budget-period, cluster-wide; a run started beyond ends RUN_ERROR budget_exceeded before its agent is called; a token's " + auth.BudgetClaim + " claim overrides it for its principal; 0: no budget", func(c *serveConfig, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return errors.New("want a number of tokens, 0 for none")
 		}
-		c.runFrameRate = r
+		c.tokenBudget = n
 		return nil
 	}},
-	{"run-frame-burst", strconv.Itoa(conversation.DefaultRunFrameBurst), "run frames a conversation socket may send at once before --run-frame-rate applies", positiveInt(func(c *serveConfig) *int { return &c.runFrameBurst })},
+	{"token-budget-period", "24h", "period of --token-budget and of the usage ledger's aggregates (GET /api/usage reports whole periods), a whole number of seconds; periods start at its multiples since the Unix epoch (UTC midnight for 24h)", durationSetter(func(c *serveConfig) *time.Duration { return &c.tokenBudgetPeriod })},
+	{"usage-retention", "2160h", "how long the usage ledger keeps a period's usage and a run's record after their last update (at least --token-budget-period)", durationSetter(func(c *serveConfig) *time.Duration { return &c.usageRetention })},
 	{"agent-idle-timeout", "5m", "time the agent may emit nothing before its turn is ended (RUN_ERROR limit_exceeded)", durationSetter(func(c *serveConfig) *time.Duration { return &c.agentIdleTimeout })},
 	{"chat-path", "/api/chat", "path of the HTTP transport with server-sent events (POST starts or resumes a turn, GET replays a run); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.chatPath })},
 	{"chat-ndjson-path", "/api/chat/ndjson", "path of the HTTP transport with NDJSON lines (as --chat-path); empty turns it off", pathSetter(func(c *serveConfig) *string { return &c.ndjsonPath })},
@@ -321,6 +388,75 @@ var serveFlags = []serveFlag{
 		c.logLevel = v
 		return nil
 	}},
+	{"debug-addr", "", "listen address of Go's pprof (/debug/pprof/) and the runtime metrics (/debug/metrics), apart from --addr; a port or :port is on loopback (127.0.0.1); empty: off. It serves heap profiles, goroutine stacks and CPU profiles without authentication: never on an address the clients reach", debugAddrSetter},
+}
+
+// rateSetter parses a positive rate per second into the field field returns.
+func rateSetter(field func(*serveConfig) *float64) func(*serveConfig, string) error {
+	return func(c *serveConfig, v string) error {
+		r, err := parseRate(v)
+		if err != nil {
+			return err
+		}
+		*field(c) = r
+		return nil
+	}
+}
+
+func parseRate(v string) (float64, error) {
+	r, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(r > 0) || r > 1e9 {
+		return 0, fmt.Errorf("want a positive number")
+	}
+	return r, nil
+}
+
+// principalLimit is one principal's bounds of --principal-limit; a zero field keeps the flag's.
+type principalLimit struct {
+	sockets, turns, turnBurst, hydrates, readers int
+	turnRate                                     float64
+}
+
+// principalLimitSetter adds the "SUBJECT:key=value,..." entries of v (one per line) to
+// --principal-limit. The subject is what comes before the last colon (a subject may hold
+// colons, a key never does).
+func principalLimitSetter(c *serveConfig, v string) error {
+	for _, line := range strings.Split(v, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" {
+			continue
+		}
+		i := strings.LastIndexByte(line, ':')
+		if i <= 0 {
+			return fmt.Errorf("want SUBJECT:key=value,..., e.g. scheduler:turns=500,turn-rate=50")
+		}
+		sub, l := line[:i], principalLimit{}
+		for _, kv := range strings.Split(line[i+1:], ",") {
+			k, val, _ := strings.Cut(strings.TrimSpace(kv), "=")
+			if k == "turn-rate" {
+				r, err := parseRate(val)
+				if err != nil {
+					return fmt.Errorf("%s: turn-rate: %v", sub, err)
+				}
+				l.turnRate = r
+				continue
+			}
+			field := map[string]*int{"sockets": &l.sockets, "turns": &l.turns, "turn-burst": &l.turnBurst, "hydrates": &l.hydrates, "readers": &l.readers}[k]
+			n, err := strconv.Atoi(val)
+			if field == nil {
+				return fmt.Errorf("%s: unknown key %q; want sockets, turns, turn-rate, turn-burst, hydrates or readers", sub, k)
+			}
+			if err != nil || n < 1 {
+				return fmt.Errorf("%s: %s: want a positive integer", sub, k)
+			}
+			*field = n
+		}
+		if c.principalLimits == nil {
+			c.principalLimits = map[string]principalLimit{}
+		}
+		c.principalLimits[sub] = l
+	}
+	return nil
 }
 
 // stringSetter stores the value as it is into the field field returns.
@@ -393,6 +529,28 @@ func sizeSetter(min int64, field func(*serveConfig) *int64) func(*serveConfig, s
 			return fmt.Errorf("must be at least %d bytes", min)
 		}
 		*field(c) = n * unit
+		return nil
+	}
+}
+
+// memorySetter parses auto, off (when off is allowed) or a size of at least 16 MiB.
+func memorySetter(off bool, field func(*serveConfig) *int64) func(*serveConfig, string) error {
+	size := sizeSetter(16<<20, field)
+	return func(c *serveConfig, v string) error {
+		switch {
+		case v == "auto":
+			*field(c) = memoryAuto
+			return nil
+		case v == "off" && off:
+			*field(c) = memoryOff
+			return nil
+		}
+		if err := size(c, v); err != nil {
+			if off {
+				return fmt.Errorf("want auto, off or a size of at least 16MiB, such as 2GiB")
+			}
+			return fmt.Errorf("want auto or a size of at least 16MiB, such as 512MiB")
+		}
 		return nil
 	}
 }
@@ -507,6 +665,12 @@ func parseServe(args []string, getenv func(string) (string, bool), stdout io.Wri
 	if err := checkAgent(&cfg, getenv); err != nil {
 		return cfg, err
 	}
+	if cfg.tokenBudgetPeriod%time.Second != 0 {
+		return cfg, fmt.Errorf("%w: --token-budget-period %v is not a whole number of seconds", errUsage, cfg.tokenBudgetPeriod)
+	}
+	if cfg.usageRetention < cfg.tokenBudgetPeriod {
+		return cfg, fmt.Errorf("%w: --usage-retention %v is shorter than --token-budget-period %v", errUsage, cfg.usageRetention, cfg.tokenBudgetPeriod)
+	}
 	return cfg, nil
 }
 
@@ -520,6 +684,8 @@ func checkAgent(cfg *serveConfig, getenv func(string) (string, bool)) error {
 			agentAGUI:   "the AG-UI endpoint the turns are POSTed to, e.g. http://127.0.0.1:8000/agent",
 			agentOpenAI: "the API base, e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1",
 		}[cfg.agent])
+	case cfg.takeover == "on" && cfg.agent == agentOpenAI:
+		return fmt.Errorf("%w: --takeover on needs an agent that replays a run (demo, or an agui upstream that does); a Chat Completions server does not", errUsage)
 	case cfg.agent == agentOpenAI && strings.TrimSpace(cfg.agentModel) == "":
 		return fmt.Errorf("%w: --agent openai needs --agent-model (e.g. gpt-4o-mini)", errUsage)
 	case cfg.agent != agentOpenAI && cfg.agentModel != "":
@@ -643,6 +809,7 @@ Endpoints:
   /metrics   Prometheus metrics
   /healthz   liveness
   /readyz    readiness (NATS connected, stream and buckets ready)
+  with --debug-addr, on that listener only: /debug/pprof/ (Go's pprof), /debug/metrics
 
 Flags (each can also be set by its environment variable; a flag wins over the variable):
 `

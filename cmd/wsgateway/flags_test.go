@@ -38,6 +38,8 @@ func TestParseServeDefaults(t *testing.T) {
 		heartbeat:       30 * time.Second,
 		idleTimeout:     5 * time.Minute,
 		leaseTTL:        15 * time.Second,
+		takeover:        "auto",
+		maxTakeovers:    3,
 		retention:       24 * time.Hour,
 		threadRetention: 30 * 24 * time.Hour,
 		drainTimeout:    10 * time.Second,
@@ -58,6 +60,10 @@ func TestParseServeDefaults(t *testing.T) {
 	want.maxSocketTurns, want.maxPrincipalSock, want.runFrameRate, want.runFrameBurst, want.maxFollows = 16, 64, 10, 20, 16
 	want.agentConnectTimeout, want.agentFirstEvent, want.agentGapTimeout = 10*time.Second, time.Minute, time.Minute
 	want.agentTurnTimeout, want.agentAPIKeyEnv = 30*time.Minute, "OPENAI_API_KEY"
+	want.agentHistoryBytes = 512 << 10
+	want.maxPrincipalTurns, want.principalTurnRate, want.principalTurnBurst = 32, 10, 40
+	want.maxPrincipalHydrates, want.maxPrincipalReaders = 8, 16
+	want.tokenBudgetPeriod, want.usageRetention = 24*time.Hour, 90*24*time.Hour
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseServe(nil) =\n%+v\nwant\n%+v", got, want)
 	}
@@ -74,6 +80,11 @@ func TestParseServe(t *testing.T) {
 			func(c serveConfig) bool { return c.idleTimeout == 90*time.Second }},
 		{"flag with =", []string{"--addr=:9000"}, nil,
 			func(c serveConfig) bool { return c.addr == ":9000" }},
+		{"principal limits, a subject with colons", []string{"--principal-limit", "https://id.example.com/u/1:turns=500,turn-rate=50", "--principal-limit", "svc:readers=40"}, nil,
+			func(c serveConfig) bool {
+				return c.principalLimits["https://id.example.com/u/1"] == principalLimit{turns: 500, turnRate: 50} &&
+					c.principalLimits["svc"] == principalLimit{readers: 40}
+			}},
 		{"env", nil, map[string]string{"WSGATEWAY_IDLE_TIMEOUT": "2m"},
 			func(c serveConfig) bool { return c.idleTimeout == 2*time.Minute }},
 		{"flag wins over env", []string{"--heartbeat", "5s"}, map[string]string{"WSGATEWAY_HEARTBEAT": "7s"},
@@ -85,7 +96,17 @@ func TestParseServe(t *testing.T) {
 		{"chat paths", []string{"--chat-path", "/v1/chat"}, map[string]string{"WSGATEWAY_CHAT_NDJSON_PATH": ""},
 			func(c serveConfig) bool { return c.chatPath == "/v1/chat" && c.ndjsonPath == "" }},
 		{"agui path", []string{"--agui-path", "/v1/agui"}, nil, func(c serveConfig) bool { return c.aguiPath == "/v1/agui" }},
+		{"agent history", []string{"--agent-history", "client", "--agent-history-bytes", "0"}, nil,
+			func(c serveConfig) bool { return c.agentHistoryClient && c.agentHistoryBytes == 0 }},
 		{"agui path off", nil, map[string]string{"WSGATEWAY_AGUI_PATH": ""}, func(c serveConfig) bool { return c.aguiPath == "" }},
+		{"debug port on loopback", []string{"--debug-addr", "6060"}, nil,
+			func(c serveConfig) bool { return c.debugAddr == "127.0.0.1:6060" }},
+		{"debug :port on loopback", nil, map[string]string{"WSGATEWAY_DEBUG_ADDR": ":0"},
+			func(c serveConfig) bool { return c.debugAddr == "127.0.0.1:0" }},
+		{"debug on a named interface", []string{"--debug-addr", "0.0.0.0:6060"}, nil,
+			func(c serveConfig) bool { return c.debugAddr == "0.0.0.0:6060" }},
+		{"debug on IPv6 loopback", []string{"--debug-addr", "[::1]:6060"}, nil,
+			func(c serveConfig) bool { return c.debugAddr == "[::1]:6060" }},
 		{"replicas with a cluster", []string{"--nats-url", "nats://a:4222", "--replicas", "3"}, nil,
 			func(c serveConfig) bool { return c.replicas == 3 }},
 		{"every env var", nil, map[string]string{
@@ -119,6 +140,9 @@ func TestParseServeErrors(t *testing.T) {
 	}{
 		{[]string{"--idle-timeout", "5 minutes"}, nil, `invalid value "5 minutes" for flag -idle-timeout: want a duration such as 30s, 5m or 1h`},
 		{[]string{"--heartbeat", "0s"}, nil, "must be positive"},
+		{[]string{"--token-budget", "-5"}, nil, "want a number of tokens, 0 for none"},
+		{[]string{"--token-budget-period", "1500ms"}, nil, "--token-budget-period 1.5s is not a whole number of seconds"},
+		{[]string{"--token-budget-period", "48h", "--usage-retention", "24h"}, nil, "--usage-retention 24h0m0s is shorter than --token-budget-period 48h0m0s"},
 		{nil, map[string]string{"WSGATEWAY_LEASE_TTL": "soon"}, `WSGATEWAY_LEASE_TTL="soon": want a duration`},
 		{[]string{"--agent", "gpt"}, nil, `unknown agent "gpt"; want demo, agui or openai`},
 		{[]string{"--agent", "agui"}, nil, "--agent agui needs --agent-url"},
@@ -129,7 +153,13 @@ func TestParseServeErrors(t *testing.T) {
 		{[]string{"--nats-url", "http://a:4222"}, nil, "scheme must be nats, tls, ws or wss"},
 		{[]string{"--addr", "8080"}, nil, "want host:port"},
 		{[]string{"--log-format", "xml"}, nil, "want auto, text or json"},
+		{[]string{"--debug-addr", "::1"}, nil, "want a port or host:port, e.g. 6060, :6060 (both loopback) or 0.0.0.0:6060"},
+		{[]string{"--debug-addr", "localhost"}, nil, `port "localhost": want a number from 0 to 65535`},
+		{[]string{"--debug-addr", "127.0.0.1:pprof"}, nil, `port "pprof": want a number from 0 to 65535`},
+		{nil, map[string]string{"WSGATEWAY_DEBUG_ADDR": "70000"}, `WSGATEWAY_DEBUG_ADDR="70000": port "70000": want a number from 0 to 65535`},
 		{[]string{"--idle-memory", "free"}, nil, "want keep or return"},
+		{[]string{"--agent-history", "none"}, nil, "want thread or client"},
+		{[]string{"--agent-history-bytes", "-1"}, nil, "want a size such as 65536, 512KiB or 1MiB"},
 		{[]string{"--log-level", "loud"}, nil, "want debug, info, warn or error"},
 		{[]string{"--agent-url", "http://up:1"}, nil, "--agent-url, --agent-header and --agent-forward-headers are used only with --agent agui or openai"},
 		{[]string{"--data-dir", ""}, nil, "must not be empty"},

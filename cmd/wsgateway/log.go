@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"log/slog"
@@ -9,6 +10,7 @@ import (
 	"time"
 
 	"github.com/lmittmann/tint"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // parseLevel maps --log-level to a slog level.
@@ -52,13 +54,39 @@ func newLogger(format, level string, w io.Writer) (*slog.Logger, error) {
 	}
 	switch format {
 	case "text":
-		return slog.New(tint.NewTextHandler(w, &tint.Options{
+		return slog.New(traceHandler{tint.NewTextHandler(w, &tint.Options{
 			Level:      lvl,
 			TimeFormat: time.TimeOnly,
 			NoColor:    !tty,
-		})), nil
+		})}), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(traceHandler{slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})}), nil
 	}
 	return nil, fmt.Errorf("log format %q: want auto, text or json", format)
+}
+
+// Attribute keys traceHandler adds.
+const (
+	keyTraceID = "trace_id"
+	keySpanID  = "span_id"
+)
+
+// traceHandler adds the trace_id and span_id of the span of a record's context, when it has
+// one (a turn's log lines, with tracing on), so that a log line leads to its trace.
+type traceHandler struct{ slog.Handler }
+
+func (h traceHandler) Handle(ctx context.Context, r slog.Record) error {
+	if sc := trace.SpanContextFromContext(ctx); sc.IsValid() {
+		r = r.Clone()
+		r.AddAttrs(slog.String(keyTraceID, sc.TraceID().String()), slog.String(keySpanID, sc.SpanID().String()))
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h traceHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return traceHandler{h.Handler.WithAttrs(attrs)}
+}
+
+func (h traceHandler) WithGroup(name string) slog.Handler {
+	return traceHandler{h.Handler.WithGroup(name)}
 }

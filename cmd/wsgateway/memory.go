@@ -3,11 +3,62 @@ package main
 import (
 	"context"
 	"log/slog"
+	"math"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
 	"time"
+
+	"github.com/KimMachineGun/automemlimit/memlimit"
 )
+
+// The memory limit and the budget. In a container, the Go runtime's soft memory limit is set
+// to 90% of the cgroup's limit (--memory-limit auto, by automemlimit): the collector then
+// runs harder as the heap nears it instead of letting it double past the container's limit,
+// which would kill the process. The memory budget (--memory-budget, package budget) bounds
+// what clients and agents make the gateway hold; by default a quarter of the memory limit,
+// so that with the collector's headroom (the heap grows to about twice what is live before a
+// collection, less near the limit) it stays under half of it, leaving the rest to the
+// sockets, the embedded NATS server and the runtime. The idle collector and the trimmer below
+// work under either: they only collect sooner and return freed pages sooner than the runtime
+// would, never hold more.
+const (
+	memoryLimitRatio     = 0.9
+	defaultMemoryBudget  = 128 << 20 // without a memory limit
+	memoryBudgetFraction = 4         // of the memory limit
+)
+
+// setMemoryLimit sets the Go runtime's soft memory limit as mode says (--memory-limit:
+// memoryAuto, memoryOff or a size) and returns the limit in force, 0 for none. Auto takes
+// memoryLimitRatio of the container's cgroup limit, and leaves the runtime's own (GOMEMLIMIT)
+// where there is none, or where GOMEMLIMIT is set.
+func setMemoryLimit(mode int64, log *slog.Logger) int64 {
+	switch {
+	case mode > 0:
+		debug.SetMemoryLimit(mode)
+	case mode == memoryAuto:
+		if _, err := memlimit.Set(memlimit.WithProvider(memlimit.FromCgroup), memlimit.WithRatio(memoryLimitRatio)); err != nil {
+			log.Debug("no container memory limit", keyErr, err)
+		}
+	}
+	limit := debug.SetMemoryLimit(-1)
+	if limit == math.MaxInt64 {
+		return 0
+	}
+	return limit
+}
+
+// memoryBudget returns the budget --memory-budget asks for (memoryAuto or a size) under the
+// memory limit in force (0 for none).
+func memoryBudget(mode, limit int64) int64 {
+	switch {
+	case mode > 0:
+		return mode
+	case limit > 0:
+		return limit / memoryBudgetFraction
+	}
+	return defaultMemoryBudget
+}
 
 // Returning memory after a peak. A burst of turns grows the heap to many times what the
 // idle sockets need afterwards (10,000 sockets that each carried a turn: about 400 MiB at

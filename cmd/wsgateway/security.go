@@ -14,6 +14,7 @@ import (
 	"github.com/wsgateway/wsgateway/auth"
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/turn"
+	ledger "github.com/wsgateway/wsgateway/usage"
 )
 
 // maxHeaderBytes bounds a request's headers (net/http answers 431 beyond): a handshake needs a
@@ -80,11 +81,11 @@ func newAuthenticator(cfg serveConfig, getenv func(string) (string, bool), log *
 }
 
 // tokensOf returns the conversation.Config.Tokens of a: nil for nil.
-func tokensOf(a *auth.Authenticator, log *slog.Logger) conversation.Tokens {
+func tokensOf(a *auth.Authenticator, log *slog.Logger, ledger *ledger.Ledger) conversation.Tokens {
 	if a == nil {
 		return nil
 	}
-	return jwtTokens{a: a, log: log}
+	return jwtTokens{a: a, log: log, ledger: ledger}
 }
 
 // principalOf returns the principal of a request as the endpoints without sockets need it:
@@ -101,9 +102,13 @@ func principalOf(t conversation.Tokens) func(*http.Request) (string, error) {
 
 // jwtTokens is conversation.Tokens over an Authenticator. Refused handshakes are logged at
 // debug level, with the reason and never the token (the socket answers refused auth frames).
+//
+// Every token verified sets its principal's token budget in the ledger: its
+// auth.BudgetClaim until it expires, else --token-budget.
 type jwtTokens struct {
-	a   *auth.Authenticator
-	log *slog.Logger
+	a      *auth.Authenticator
+	log    *slog.Logger
+	ledger *ledger.Ledger // nil: no ledger
 }
 
 func (j jwtTokens) Identify(r *http.Request) (string, time.Time, error) {
@@ -111,11 +116,22 @@ func (j jwtTokens) Identify(r *http.Request) (string, time.Time, error) {
 	if err != nil {
 		j.log.Debug("handshake refused", keyRemote, r.RemoteAddr, keyErr, err.Error())
 	}
-	return id.Subject, id.Expires, err
+	return j.budgeted(id, err)
 }
 
 func (j jwtTokens) Verify(token string) (string, time.Time, error) {
-	id, err := j.a.VerifyIdentity(token)
+	return j.budgeted(j.a.VerifyIdentity(token))
+}
+
+// budgeted gives a verified identity's budget to the ledger, and returns what Identify does.
+func (j jwtTokens) budgeted(id auth.Identity, err error) (string, time.Time, error) {
+	switch {
+	case err != nil:
+	case id.TokenBudget >= 0:
+		j.ledger.SetBudget(id.Subject, id.TokenBudget, id.Expires)
+	default:
+		j.ledger.ClearBudget(id.Subject)
+	}
 	return id.Subject, id.Expires, err
 }
 
@@ -161,4 +177,24 @@ func logOrigins(cfg serveConfig, log *slog.Logger) {
 			return
 		}
 	}
+}
+
+// principalLimits returns the conversation bounds of --principal-limit, by subject.
+func principalLimits(cfg serveConfig) map[string]conversation.PrincipalLimits {
+	out := make(map[string]conversation.PrincipalLimits, len(cfg.principalLimits))
+	for sub, l := range cfg.principalLimits {
+		out[sub] = conversation.PrincipalLimits{Sockets: l.sockets, Turns: l.turns, TurnRate: l.turnRate, TurnBurst: l.turnBurst, Hydrates: l.hydrates}
+	}
+	return out
+}
+
+// principalReaders returns the Durable Streams reads of --principal-limit, by subject.
+func principalReaders(cfg serveConfig) map[string]int {
+	out := map[string]int{}
+	for sub, l := range cfg.principalLimits {
+		if l.readers > 0 {
+			out[sub] = l.readers
+		}
+	}
+	return out
 }

@@ -293,7 +293,7 @@ func TestNewAuthenticatorJWKSURL(t *testing.T) {
 	}
 	r, _ := http.NewRequest("GET", "/ws", nil)
 	r.Header.Set("Authorization", "Bearer "+s)
-	if p, _, err := tokensOf(a, quiet).Identify(r); p != "alice" || err != nil {
+	if p, _, err := tokensOf(a, quiet, nil).Identify(r); p != "alice" || err != nil {
 		t.Errorf("principal of a token of the provider = %q, %v; want alice", p, err)
 	}
 }

@@ -19,15 +19,19 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsgateway/wsgateway/agent/demo"
 	"github.com/wsgateway/wsgateway/auth"
+	"github.com/wsgateway/wsgateway/budget"
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/durable"
 	"github.com/wsgateway/wsgateway/heartbeat"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/turn"
+	ledger "github.com/wsgateway/wsgateway/usage"
 	"github.com/wsgateway/wsgateway/web"
 )
 
@@ -44,6 +48,7 @@ const (
 	keySignal  = "signal"
 	keyErr     = "err"
 	keyTimeout = "timeout"
+	keyTracing = "tracing"
 )
 
 // HTTP server timeouts (besides --header-timeout and --handshake-timeout). A WebSocket
@@ -113,6 +118,12 @@ func runServe(args []string, stdout, stderr io.Writer) int {
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	g := &gateway{cfg: cfg, log: log}
 	defer g.release()
+	if err := g.serveDebug(); err != nil {
+		return err
+	}
+	limit := setMemoryLimit(cfg.memoryLimit, log)
+	g.budget = budget.New(memoryBudget(cfg.memoryBudget, limit))
+	log.Info("memory", "limit_mib", limit>>20, "budget_mib", g.budget.Limit()>>20)
 	if err := g.openStore(ctx); err != nil {
 		if ctx.Err() != nil {
 			return nil // a signal during startup: nothing to drain
@@ -138,14 +149,18 @@ type gateway struct {
 	cfg serveConfig
 	log *slog.Logger
 
-	reg   *prometheus.Registry
-	m     *metrics.Metrics
-	store *jetstream.Store
-	authn *auth.Authenticator
-	conv  *conversation.Server
-	srv   *http.Server
-	ln    net.Listener
-	tls   bool
+	reg    *prometheus.Registry
+	m      *metrics.Metrics
+	budget *budget.Budget // --memory-budget
+	store  *jetstream.Store
+	ledger *ledger.Ledger // the usage ledger, on the run log's NATS
+	authn  *auth.Authenticator
+	tp     *sdktrace.TracerProvider // nil: tracing off
+	conv   *conversation.Server
+	srv    *http.Server
+	ln     net.Listener
+	tls    bool
+	debug  *http.Server // --debug-addr; nil: off
 	// abandoned is set when the shutdown exceeded --shutdown-timeout: the process then exits
 	// without waiting for what is still stuck on JetStream.
 	abandoned bool
@@ -159,6 +174,15 @@ func (g *gateway) openStore(ctx context.Context) error {
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)
 	g.m = metrics.New(g.reg)
+	g.m.SetAgent(g.cfg.agent, g.cfg.agentModel)
+	g.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "wsgateway", Name: "memory_budget_used_bytes",
+			Help: "Bytes charged to the memory budget: events waiting to be stored, queued frames, logs read whole."},
+			func() float64 { return float64(g.budget.Used()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "wsgateway", Name: "memory_budget_limit_bytes",
+			Help: "The memory budget (--memory-budget)."},
+			func() float64 { return float64(g.budget.Limit()) }),
+	)
 	cfg := g.cfg
 	store, err := jetstream.Open(ctx, jetstream.Config{
 		URLs:            strings.Join(cfg.natsURLs, ","),
@@ -172,16 +196,21 @@ func (g *gateway) openStore(ctx context.Context) error {
 		Retention:       cfg.retention,
 		ThreadRetention: cfg.threadRetention,
 		LeaseTTL:        cfg.leaseTTL,
+		MaxTakeovers:    cfg.maxTakeovers,
 		Logger:          g.log,
 		// The bounds of what waits to be stored (docs/SECURITY.md).
 		MaxRunBacklog: cfg.maxRunBacklog,
 		MaxBacklog:    cfg.maxBacklog,
+		Budget:        g.budget,
 		Metrics:       &jetstream.Metrics{RunReaped: g.m.RunReaped, LivenessRenewed: g.m.LivenessRenewed},
 	})
 	if err != nil {
 		return fmt.Errorf("open the run log: %w", err)
 	}
 	g.store = store
+	if err := g.openLedger(ctx); err != nil {
+		return err
+	}
 	// wsgateway_jetstream_ready answers what GET /readyz answers, at each scrape.
 	g.m.SetReadyCheck(func() bool {
 		rctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
@@ -204,13 +233,20 @@ func (g *gateway) build(ctx context.Context) error {
 		return err
 	}
 	g.authn = authn
-	tokens := tokensOf(authn, g.log)
+	tokens := tokensOf(authn, g.log, g.ledger)
 	tlsConfig, err := newTLSConfig(cfg)
 	if err != nil {
 		return err
 	}
 	g.tls = tlsConfig != nil
 	logOrigins(cfg, g.log)
+	if g.tp, err = newTracerProvider(ctx, os.LookupEnv, g.log); err != nil {
+		return err
+	}
+	var tp trace.TracerProvider // nil unless tracing is on
+	if g.tp != nil {
+		tp = g.tp
+	}
 	g.conv, err = conversation.New(conversation.Config{
 		Tokens:         tokens,
 		OriginPatterns: cfg.allowedOrigins,
@@ -222,19 +258,32 @@ func (g *gateway) build(ctx context.Context) error {
 		Store:          g.store,
 		Threads:        g.store,
 		Agent:          agent,
+		Replay:         cfg.takeover == "on" || cfg.takeover == "auto" && cfg.agent == agentDemo,
 		TurnLimits:     runLimits(cfg),
 		TurnContext:    clientHeaders(cfg.agentForward),
+		TracerProvider: tp,
+
+		// What the agent is given of a run's thread (THREADS.md section 5).
+		AgentHistoryClient: cfg.agentHistoryClient,
+		AgentHistoryBytes:  int(cfg.agentHistoryBytes),
 
 		// Per-socket and per-principal limits (docs/SECURITY.md).
-		MaxTurnsPerSocket:      cfg.maxSocketTurns,
-		MaxSocketsPerPrincipal: cfg.maxPrincipalSock,
-		MaxFollowsPerSocket:    cfg.maxFollows,
-		RunFrameRate:           cfg.runFrameRate,
-		RunFrameBurst:          cfg.runFrameBurst,
+		MaxTurnsPerSocket:       cfg.maxSocketTurns,
+		MaxSocketsPerPrincipal:  cfg.maxPrincipalSock,
+		MaxFollowsPerSocket:     cfg.maxFollows,
+		RunFrameRate:            cfg.runFrameRate,
+		RunFrameBurst:           cfg.runFrameBurst,
+		MaxTurnsPerPrincipal:    cfg.maxPrincipalTurns,
+		TurnStartRate:           cfg.principalTurnRate,
+		TurnStartBurst:          cfg.principalTurnBurst,
+		MaxHydratesPerPrincipal: cfg.maxPrincipalHydrates,
+		PrincipalLimits:         principalLimits(cfg),
 		Heartbeat: heartbeat.Config{
 			Interval:    cfg.heartbeat,
 			IdleTimeout: cfg.idleTimeout,
 		},
+		Budget:  g.budget,
+		Usage:   g.ledger,
 		Logger:  g.log,
 		Metrics: g.m,
 	})
@@ -279,6 +328,7 @@ func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (str
 	}
 	mux.Handle("POST /api/threads/{threadId}/runs", conv.ThreadRunsHandler(joinPath))
 	mux.Handle("GET /api/threads", conv.ThreadsHandler())
+	mux.Handle("GET /api/usage", conv.UsageHandler())
 	mux.Handle("DELETE /api/threads/{threadId}", conv.ThreadsHandler())
 	for path, framing := range map[string]conversation.Framing{cfg.chatPath: conversation.SSE, cfg.ndjsonPath: conversation.NDJSON, cfg.aguiPath: conversation.AGUI} {
 		if path != "" { // the HTTP transports (PROTOCOL.md sections 5 and 6)
@@ -287,12 +337,12 @@ func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (str
 			}
 		}
 	}
-	ds, err := mountDurable(ctx, mux, cfg, store, principal, g.log)
+	ds, err := mountDurable(ctx, mux, cfg, store, principal, g.log, func() { g.m.LimitRefused(metrics.LimitPrincipalReaders) })
 	if err != nil {
 		return nil, nil, err
 	}
 	mux.Handle("GET /", web.Handler())
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg}))
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g.reg, promhttp.HandlerOpts{Registry: g.reg, EnableOpenMetrics: true}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		io.WriteString(w, "ok\n")
 	})
@@ -300,7 +350,9 @@ func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (str
 		rctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
 		if err := store.Ready(rctx); err != nil {
-			http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+			// The store's error names hosts and streams: it goes to the log, not to anyone asking.
+			g.log.Warn("not ready", "err", err)
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
 			return
 		}
 		io.WriteString(w, "ready\n")
@@ -316,8 +368,12 @@ func (g *gateway) logListening(authMode string) {
 	if g.tls {
 		scheme = "https://"
 	}
+	tracing := "off"
+	if g.tp != nil {
+		tracing = "otlp"
+	}
 	attrs := []any{keyAddr, addr, keyURL, scheme + addr + "/", keyAgent, cfg.agent,
-		keyAuth, authMode, keyVersion, version}
+		keyAuth, authMode, keyTracing, tracing, keyVersion, version}
 	if len(cfg.natsURLs) == 0 {
 		attrs = append(attrs, keyNATS, "embedded", keyDataDir, cfg.dataDir, keyNATSURL, g.store.ClientURL())
 	} else {
@@ -380,6 +436,18 @@ func (g *gateway) shutdown(ctx context.Context, served <-chan error) error {
 		g.abandoned = true
 		g.srv.Close()
 	}
+	// The usage of the runs that ended last is recorded before the store closes; past the
+	// shutdown timeout (JetStream unreachable) it is given a second at most, as the store.
+	grace := closeGrace
+	if g.abandoned {
+		grace = time.Second
+	}
+	lctx, lcancel := context.WithTimeout(context.Background(), grace)
+	if err := g.ledger.Close(lctx); err != nil {
+		log.Warn("closing the usage ledger", keyErr, err)
+	}
+	lcancel()
+	g.ledger = nil
 	// The store's close releases the leases of the logs left open; past the shutdown
 	// timeout (JetStream unreachable) it is given a second at most: the leases expire anyway.
 	closed := make(chan error, 1)
@@ -412,8 +480,13 @@ func (g *gateway) release() {
 	if g.authn != nil {
 		g.authn.Close()
 	}
+	g.ledger.Close(context.Background())
 	if g.store != nil {
 		g.store.Close()
+	}
+	flushTracing(g.tp, g.log) // the spans of the turns that ended last
+	if g.debug != nil {
+		g.debug.Close()
 	}
 }
 
@@ -438,9 +511,38 @@ func newAgent(cfg serveConfig) (turn.Agent, error) {
 	return newUpstreamAgent(cfg)
 }
 
+// openLedger opens the usage ledger on the run log's NATS (docs/PROTOCOL.md, "Token usage
+// and budgets").
+func (g *gateway) openLedger(ctx context.Context) error {
+	cfg := g.cfg
+	return g.store.Provision(ctx, "the usage ledger's bucket", func(ctx context.Context) (err error) {
+		g.ledger, err = ledger.New(ctx, ledger.Config{
+			JetStream: g.store.JetStream(),
+			Replicas:  cfg.replicas,
+			Period:    cfg.tokenBudgetPeriod,
+			Retention: cfg.usageRetention,
+			Budget:    cfg.tokenBudget,
+			Agent:     cfg.agent,
+			Logger:    g.log,
+		})
+		if err != nil {
+			err = fmt.Errorf("open the usage ledger: %w", err)
+		}
+		return err
+	})
+}
+
+// durableCookie returns the cookie a token may come in, "" for none.
+func durableCookie(cfg serveConfig) string {
+	if cfg.auth == authNone || cfg.jwtCookie == "-" {
+		return ""
+	}
+	return cfg.jwtCookie
+}
+
 // mountDurable serves the Durable Streams protocol (docs/TRANSPORTS.md) on mux, on the
 // run log's NATS, unless --durable-path is empty.
-func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, store *jetstream.Store, principal func(*http.Request) (string, error), log *slog.Logger) (*durable.Handler, error) {
+func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, store *jetstream.Store, principal func(*http.Request) (string, error), log *slog.Logger, refused func()) (*durable.Handler, error) {
 	if cfg.durablePath == "" {
 		return nil, nil
 	}
@@ -460,7 +562,13 @@ func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, stor
 			LongPollTimeout: cfg.durableLongPoll,
 			MaxBodyBytes:    cfg.durableMaxBody,
 			Principal:       principal,
+			Cookie:          durableCookie(cfg),
+			OriginPatterns:  cfg.allowedOrigins,
 			Logger:          log,
+			MaxReaders:      cfg.maxPrincipalReaders,
+			Refused:         refused,
+
+			PrincipalReaders: principalReaders(cfg),
 		})
 		return err
 	})

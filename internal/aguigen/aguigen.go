@@ -306,7 +306,7 @@ func vals(v ...any) []any { return v }
 func pick[T any](g *seqGen, xs ...T) T { return xs[g.r.IntN(len(xs))] }
 
 // emit appends an event and closes the chunk lanes it closes
-// (transformChunks, AGUI-1.0.md section 2.2), so that the model's chunk
+// (transformChunks, AGUI.md section 2.2), so that the model's chunk
 // continuations mostly continue something.
 func (g *seqGen) emit(o any) {
 	g.events = append(g.events, o)

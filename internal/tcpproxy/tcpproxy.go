@@ -2,8 +2,9 @@
 // between the nodes of a NATS cluster (in front of the route ports they advertise), it lets a
 // test fail the network the way the real one does: Cut resets every open connection, Close
 // also refuses new ones (the host is gone), SetTarget sends new connections to another server
-// (a load balancer's choice), and a refuse function drops connections by the first line their
-// client sends (the CONNECT of a crashed NATS node's routes).
+// (a load balancer's choice), a refuse function drops connections by the first line their
+// client sends (the CONNECT of a crashed NATS node's routes), and Stall stops forwarding
+// while every connection stays open (a stalled server or path) until Resume.
 package tcpproxy
 
 import (
@@ -25,6 +26,7 @@ type Proxy struct {
 	once   sync.Once               // closes done
 
 	mu       sync.Mutex
+	stalled  chan struct{} // non-nil while stalled, closed by Resume
 	target   string
 	conns    map[*conn]struct{}
 	accepted int
@@ -83,6 +85,57 @@ func (p *Proxy) Accepted() int {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.accepted
+}
+
+// Stall stops forwarding bytes in both directions on every connection, open or new, until
+// Resume: the connections stay open, what their ends send waits in the proxy and the
+// kernel's buffers, as on a stalled network path or server.
+func (p *Proxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled == nil {
+		p.stalled = make(chan struct{})
+	}
+}
+
+// Resume forwards again what Stall held, and what follows.
+func (p *Proxy) Resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
+}
+
+// gate returns once the proxy is not stalled, or closed.
+func (p *Proxy) gate() {
+	p.mu.Lock()
+	stalled := p.stalled
+	p.mu.Unlock()
+	if stalled != nil {
+		select {
+		case <-stalled:
+		case <-p.done:
+		}
+	}
+}
+
+// copy copies src to dst as io.Copy does, holding each chunk while the proxy is stalled.
+func (p *Proxy) copy(dst io.Writer, src io.Reader) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			p.gate()
+			if _, werr := dst.Write(buf[:n]); werr != nil {
+				return
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // Cut resets every connection open through the proxy and returns how many it reset. New
@@ -159,7 +212,7 @@ func (p *Proxy) accept() {
 		go p.forward(c)
 		go func() {
 			defer p.wg.Done()
-			io.Copy(c.client, c.server)
+			p.copy(c.client, c.server)
 			p.remove(c)
 		}()
 	}
@@ -171,7 +224,7 @@ func (p *Proxy) forward(c *conn) {
 	defer p.wg.Done()
 	defer p.remove(c)
 	if p.refuse == nil {
-		io.Copy(c.server, c.client)
+		p.copy(c.server, c.client)
 		return
 	}
 	br := bufio.NewReader(c.client)
@@ -186,10 +239,11 @@ func (p *Proxy) forward(c *conn) {
 	if p.refuse(first) {
 		return
 	}
+	p.gate()
 	if _, err := c.server.Write(first); err != nil {
 		return
 	}
-	io.Copy(c.server, br)
+	p.copy(c.server, br)
 }
 
 // remove closes both sides of c and forgets it.

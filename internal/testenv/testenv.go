@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/wsgateway/wsgateway/web"
 )
@@ -69,4 +70,17 @@ func Listen(tb testing.TB) net.Listener {
 		tb.Fatal(err)
 	}
 	return ln
+}
+
+// WaitFor polls cond every 10 ms until it holds, and fails tb when it does not within d:
+// for what the gateway does in the background (a record, a watch), never a speed figure.
+func WaitFor(tb testing.TB, d time.Duration, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("not after %v: %s", d, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -1,6 +1,6 @@
 // agui-reference.mjs is the reference side of the differential conformance test
 // (protocol/conformance_test.go). It decides event sequences with the published
-// @ag-ui/core and @ag-ui/client 1.0.0, the way AGUI-1.0.md section 5 obtains its
+// @ag-ui/core and @ag-ui/client 1.0.0, the way AGUI.md section 5 obtains its
 // outcomes:
 //
 //   1. "upgrade" cases only: the client's CompatibilityBoundary (exported by
@@ -20,7 +20,7 @@
 // failure is never reached.
 //
 // Input: NDJSON on stdin, one case a line: {"id":..., "events":[...], "upgrade":bool}.
-// Two optional flags serve the vectors of AGUI-1.0.md: "schemaOnly" (each event is
+// Two optional flags serve the vectors of AGUI.md: "schemaOnly" (each event is
 // only parsed, as the schema vectors S* are judged) and "skipSchema" (the parse
 // is skipped, as for the rows marked † that an in-process producer emits).
 // Output: one line a case, in input order:

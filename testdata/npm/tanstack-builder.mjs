@@ -16,9 +16,10 @@
 // resume entries of approvals), then prepareAssistantMessage(), processChunk(
 // restoreInboundChunk(copy)) for every event, and finalizeStream() unless the run ended with
 // RUN_ERROR. Output, one line per thread in input order: {"id", "inputs": [RunAgentInput...],
-// "messages": [UIMessage...]} (createdAt as ISO strings), or {"id", "error"}.
+// "messages": [UIMessage...], "model": [ModelMessage...]} (createdAt as ISO strings; model:
+// convertMessagesToModelMessages of the messages), or {"id", "error"}.
 import readline from 'node:readline'
-import { StreamProcessor, restoreInboundChunk, uiMessagesToWire } from '@tanstack/ai/client'
+import { StreamProcessor, convertMessagesToModelMessages, restoreInboundChunk, uiMessagesToWire } from '@tanstack/ai/client'
 
 // The processor warns on odd sequences (a tool result for an unknown call); the test reads
 // only stdout.
@@ -66,7 +67,8 @@ function runThread(thread) {
     }
     if (last?.type !== 'RUN_ERROR') p.finalizeStream()
   }
-  return { id: thread.id, inputs, messages: JSON.parse(JSON.stringify(p.getMessages())) }
+  const messages = JSON.parse(JSON.stringify(p.getMessages()))
+  return { id: thread.id, inputs, messages, model: convertMessagesToModelMessages(messages) }
 }
 
 const rl = readline.createInterface({ input: process.stdin, crlfDelay: Infinity })

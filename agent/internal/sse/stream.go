@@ -14,7 +14,10 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/wsgateway/wsgateway/agent"
+	"github.com/wsgateway/wsgateway/internal/tracing"
 )
 
 // Errors of Stream. Compare with errors.Is. Their text is meant for the client that sees the
@@ -150,6 +153,9 @@ func Stream(ctx context.Context, client *http.Client, req *http.Request, lim Lim
 		return fmt.Errorf("%w: %s", ErrConnect, redact(err.Error()))
 	}
 	defer resp.Body.Close()
+	if span := trace.SpanFromContext(parent); span.IsRecording() {
+		span.SetAttributes(tracing.KeyStatusCode.Int(resp.StatusCode))
+	}
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
 		body, _ := io.ReadAll(io.LimitReader(resp.Body, excerptBytes+1))
 		if c := cause(nil); c != nil && len(body) == 0 {
@@ -286,7 +292,8 @@ func NewUpstream(u agent.Upstream) (*Upstream, error) {
 }
 
 // Request returns a POST of the JSON body to url asking for an event stream, with the client
-// headers of ctx that are forwarded, then the static headers.
+// headers of ctx that are forwarded, then the static headers, then the W3C trace context of
+// ctx's span (traceparent, tracestate), if any: the upstream continues the turn's trace.
 func (u *Upstream) Request(ctx context.Context, url string, body []byte) (*http.Request, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
@@ -303,6 +310,7 @@ func (u *Upstream) Request(ctx context.Context, url string, body []byte) (*http.
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "text/event-stream")
+	tracing.Inject(ctx, req.Header)
 	return req, nil
 }
 
