@@ -655,6 +655,10 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, st natsjs.Stream, sub
 	}
 }
 
+// errCodeMsgIDInProcess is JetStream's "duplicate message id is in process" (409): a message
+// with the publish's id is proposed but not yet stored or refused.
+const errCodeMsgIDInProcess natsjs.ErrorCode = 10158
+
 // errNotApplied: a publish was refused for a wrong last sequence, yet the stream shows nothing
 // after the expected one: it answered from a state older than the refusal's.
 var errNotApplied = errors.New("the stream has not applied what refused the publish yet")
@@ -676,11 +680,13 @@ func (s *Store) storedAfter(ctx context.Context, st natsjs.Stream, subject strin
 }
 
 // retryable reports whether a publish error may be transient: a timeout, a lost connection,
-// no responder or an unavailable stream (a leader election), not a refusal.
+// no responder, an unavailable stream (a leader election), or an earlier attempt with the
+// same message id still in process (proposed by a stream leader that has not applied it, as
+// on a node cut from its peers: the next attempt learns its fate), not a refusal.
 func retryable(err error) bool {
 	var apiErr *natsjs.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.Code >= 500
+		return apiErr.Code >= 500 || apiErr.ErrorCode == errCodeMsgIDInProcess
 	}
 	return !errors.Is(err, nats.ErrMaxPayload) && !errors.Is(err, nats.ErrBadSubject) &&
 		!errors.Is(err, nats.ErrInvalidMsg)
