@@ -86,6 +86,8 @@ func freePorts(tb testing.TB, n int) []int {
 // directory across a kill and a restart.
 type natsNode struct {
 	Name                      string
+	Host                      string   // the address it listens on (127.0.0.1 unless on a lab host)
+	on                        *netHost // the lab host it runs on (nil: this machine's namespace)
 	Port, ClusterPort, HTTPPt int
 	dir                       string
 	routes                    string
@@ -98,7 +100,7 @@ type natsNode struct {
 }
 
 // URL is the node's client URL.
-func (n *natsNode) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.Port) }
+func (n *natsNode) URL() string { return fmt.Sprintf("nats://%s:%d", n.Host, n.Port) }
 
 // start starts the node's process with deploy/nats/nats.conf, overriding addresses, ports,
 // routes and the store directory.
@@ -108,16 +110,20 @@ func (n *natsNode) start(tb testing.TB) {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	cmd := exec.Command(natsServerBinary(tb),
+	args := []string{
 		"--config", filepath.Join(root, "deploy", "nats", "nats.conf"),
 		"--name", n.Name,
-		"--addr", "127.0.0.1",
+		"--addr", n.Host,
 		"--port", strconv.Itoa(n.Port),
 		"--http_port", strconv.Itoa(n.HTTPPt),
-		"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", n.ClusterPort),
+		"--cluster", fmt.Sprintf("nats://%s:%d", n.Host, n.ClusterPort),
 		"--routes", n.routes,
 		"--store_dir", n.dir,
-	)
+	}
+	cmd := exec.Command(natsServerBinary(tb), args...)
+	if n.on != nil {
+		cmd = n.on.command(natsServerBinary(tb), args...)
+	}
 	cmd.Env = []string{"PATH=/usr/bin:/bin"}
 	fmt.Fprintf(&n.logs, "--- start %s\n", n.Name)
 	cmd.Stdout, cmd.Stderr = &n.logs, &n.logs
@@ -184,20 +190,34 @@ type natsCluster struct {
 // nats-server's bootstrap.
 func startNATSCluster(tb testing.TB) *natsCluster {
 	tb.Helper()
+	return startNATSClusterOn(tb, nil)
+}
+
+// startNATSClusterOn is startNATSCluster with one node on each of three lab hosts (their
+// names are the nodes'; nil: on loopback), on the ports of deploy/nats/nats.conf.
+func startNATSClusterOn(tb testing.TB, hosts []*netHost) *natsCluster {
+	tb.Helper()
 	for attempt := 1; ; attempt++ {
 		c := &natsCluster{}
 		var routes, urls []string
-		ports := freePorts(tb, 9)
+		ports := []int{4222, 6222, 8222, 4222, 6222, 8222, 4222, 6222, 8222}
+		if hosts == nil {
+			ports = freePorts(tb, 9)
+		}
 		for i := range 3 {
 			n := &natsNode{
 				Name:        fmt.Sprintf("n%d", i+1),
+				Host:        "127.0.0.1",
 				Port:        ports[3*i],
 				ClusterPort: ports[3*i+1],
 				HTTPPt:      ports[3*i+2],
 				dir:         tb.TempDir(),
 			}
+			if hosts != nil {
+				n.Name, n.Host, n.on = hosts[i].Name, hosts[i].Addr, hosts[i]
+			}
 			c.Nodes = append(c.Nodes, n)
-			routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", n.ClusterPort))
+			routes = append(routes, fmt.Sprintf("nats-route://%s:%d", n.Host, n.ClusterPort))
 			urls = append(urls, n.URL())
 		}
 		c.URLs = strings.Join(urls, ",")
@@ -239,7 +259,7 @@ func (c *natsCluster) waitHealthy(nodes ...*natsNode) error {
 	defer cancel()
 	for _, n := range nodes {
 		for {
-			status, body, err := httpGet(ctx, fmt.Sprintf("http://127.0.0.1:%d/healthz", n.HTTPPt))
+			status, body, err := httpGet(ctx, fmt.Sprintf("http://%s:%d/healthz", n.Host, n.HTTPPt))
 			if err == nil && status == 200 {
 				break
 			}

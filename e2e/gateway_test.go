@@ -47,6 +47,13 @@ func startGateway(tb testing.TB, args ...string) *gateway {
 // startGatewayEnv is startGateway with the environment variables env (NAME=value) besides PATH.
 func startGatewayEnv(tb testing.TB, env []string, args ...string) *gateway {
 	tb.Helper()
+	return startGatewayOn(tb, nil, env, args...)
+}
+
+// startGatewayOn is startGatewayEnv on a lab host (nil: in this machine's namespace), where it
+// listens on the host's address, port 8080.
+func startGatewayOn(tb testing.TB, on *netHost, env []string, args ...string) *gateway {
+	tb.Helper()
 	if buildErr != nil {
 		tb.Fatalf("building the gateway: %v", buildErr)
 	}
@@ -58,6 +65,9 @@ func startGatewayEnv(tb testing.TB, env []string, args ...string) *gateway {
 		"--drain-timeout", "2s",
 	}, args...)
 	cmd := exec.Command(gatewayBin, args...)
+	if on != nil {
+		cmd = on.command(gatewayBin, append(args, "--addr", on.Addr+":8080")...)
+	}
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, env...) // no WSGATEWAY_* from the test's environment
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

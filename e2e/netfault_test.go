@@ -1,0 +1,207 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+)
+
+// Faults as networks make them: each NATS node and each gateway is a host of its own in a
+// network lab (netlab_test.go), and the faults are packets the switch drops, which neither
+// end's stack sees: no reset, no refusal, only silence that TCP retransmits into.
+
+// netTopology is the compose deployment on lab hosts: NATS nodes n1, n2, n3 and gateways
+// ga and gb, started with the compose file's gateway flags, a short lease TTL and extra.
+// gaNATS and gbNATS are the nodes each gateway is given (nil: every node).
+type netTopology struct {
+	lab    *netLab
+	NATS   *natsCluster
+	GA, GB *gateway
+}
+
+func startNetTopology(tb testing.TB, gaNATS, gbNATS []string, extra ...string) *netTopology {
+	tb.Helper()
+	lab := newNetLab(tb, "n1", "n2", "n3", "ga", "gb")
+	c := startNATSClusterOn(tb, lab.hosts[:3])
+	urls := func(names []string) string {
+		if names == nil {
+			return c.URLs
+		}
+		var out string
+		for i, name := range names {
+			if i > 0 {
+				out += ","
+			}
+			out += c.node(tb, name).URL()
+		}
+		return out
+	}
+	start := func(host string, nodes []string) *gateway {
+		args := append(composeGatewayFlags(tb), "--nats-url", urls(nodes), "--lease-ttl", "3s")
+		return startGatewayOn(tb, lab.host(host), nil, append(args, extra...)...)
+	}
+	return &netTopology{lab: lab, NATS: c, GA: start("ga", gaNATS), GB: start("gb", gbNATS)}
+}
+
+// natsHosts returns the lab hosts of the NATS nodes named (every node without names).
+func (n *netTopology) natsHosts(names ...string) []*netHost {
+	if len(names) == 0 {
+		names = []string{"n1", "n2", "n3"}
+	}
+	hs := make([]*netHost, len(names))
+	for i, name := range names {
+		hs[i] = n.lab.host(name)
+	}
+	return hs
+}
+
+// startTurns starts count demo turns (runIDs prefix-0 ...) on gw and waits until each has
+// delivered its first delta.
+func startTurns(tb testing.TB, ctx context.Context, gw *gateway, prefix string, count int, demo string) ([]*websocket.Conn, []*follower) {
+	tb.Helper()
+	conns, fs := make([]*websocket.Conn, count), make([]*follower, count)
+	var wg sync.WaitGroup
+	for i := range count {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			fs[i] = &follower{runID: fmt.Sprintf("%s-%d", prefix, i)}
+			conns[i] = startTurn(tb, ctx, gw, fs[i].runID, demo)
+			if err := fs[i].read(ctx, conns[i], contentCount(1)); err != nil {
+				tb.Errorf("turn %s: %v", fs[i].runID, err)
+			}
+		}()
+	}
+	wg.Wait()
+	if tb.Failed() {
+		tb.FailNow()
+	}
+	return conns, fs
+}
+
+// finishTurns reads each turn's socket to its end, resumes on other (by the last offset
+// received) where it ended otherwise than 1000, and checks that every client assembled its
+// whole turn once, in order, and that each log is the whole turn once and verifies. It
+// returns how many sockets closed 1012 ("run moved"), and when the last of them did.
+func finishTurns(tb testing.TB, ctx context.Context, conns []*websocket.Conn, fs []*follower, other *gateway, tokens int) (int, time.Time) {
+	tb.Helper()
+	var wg sync.WaitGroup
+	var (
+		mu    sync.Mutex
+		moved int
+		last  time.Time
+	)
+	for i, f := range fs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			f.read(ctx, conns[i], turnEnded)
+			if f.status == websocket.StatusServiceRestart {
+				mu.Lock()
+				moved, last = moved+1, time.Now()
+				mu.Unlock()
+			}
+			if f.status != -1 { // the socket ended before the turn: resume elsewhere
+				f.resume(tb, ctx, other)
+			}
+			if code := checkSequence(tb, f.runID, f.got, tokens); code != "" {
+				tb.Errorf("%s ended with code %q, want a complete turn", f.runID, code)
+			}
+		}()
+	}
+	wg.Wait()
+	for _, f := range fs {
+		events := chunksOf(tb, ctx, other, f.runID)
+		if len(events) != len(demoTurn(tokens))-1 { // demoTurn counts the marker
+			tb.Errorf("the log of %s holds %d events, want the %d of a whole turn", f.runID, len(events), len(demoTurn(tokens))-1)
+		}
+		verifyLog(tb, events)
+	}
+	return moved, last
+}
+
+// TestNetGatewayCutFromNATS: 20 turns stream on gateway ga when the network between ga and
+// every NATS node starts to drop packets for 10 s (both ways, or one way only), while ga's
+// clients still reach it. The other gateway takes the turns over once ga's lease expires;
+// once the network heals, ga learns that it lost them and closes their sockets 1012 "run
+// moved"; each client resumes on gb by its last offset and gets the rest of its turn, each
+// delta once, then RUN_FINISHED. Nothing ga sent meanwhile is in any log twice or out of
+// place: each log holds the whole turn once, and `wsgateway verify` and @ag-ui/client accept it.
+func TestNetGatewayCutFromNATS(t *testing.T) {
+	const (
+		n      = 20
+		tokens = 60
+		cutFor = 10 * time.Second
+	)
+	demo := fmt.Sprintf(`{"tokens":%d,"intervalMs":500}`, tokens) // 30 s: every turn outlasts the cut
+	for _, tt := range []struct {
+		name string
+		cut  func(top *netTopology, gw []*netHost)
+	}{
+		{"both ways", func(top *netTopology, gw []*netHost) { top.lab.partition(gw, top.natsHosts()) }},
+		{"gateway to NATS", func(top *netTopology, gw []*netHost) { top.lab.cut(gw, top.natsHosts()) }},
+		{"NATS to gateway", func(top *netTopology, gw []*netHost) { top.lab.cut(top.natsHosts(), gw) }},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			top := startNetTopology(t, nil, nil)
+			conns, fs := startTurns(t, ctx, top.GA, "cut", n, demo)
+			tt.cut(top, []*netHost{top.lab.host("ga")})
+			time.Sleep(cutFor)
+			top.lab.heal()
+			healed := time.Now()
+			moved, last := finishTurns(t, ctx, conns, fs, top.GB, tokens)
+			t.Logf("%d of %d sockets on the cut gateway closed 1012, the last %v after the network healed", moved, n, last.Sub(healed).Round(100*time.Millisecond))
+			if moved != n {
+				t.Errorf("%d of the cut gateway's %d sockets closed 1012 run moved once the network healed, want all", moved, n)
+			}
+		})
+	}
+}
+
+// TestNetNATSNodeCutFromPeers: every link of the lab loses 2% of its packets each way
+// throughout; gateway ga is connected to NATS node n3 alone, gb to n1 and n2. With 20 turns
+// streaming on ga and 10 on gb, n3 is cut from its peers for 10 s (a minority of one, which
+// its clients still reach). ga cannot store or renew through n3 meanwhile, so gb takes its
+// turns over; every client (ga's resuming on gb where its socket closes) assembles its
+// whole turn, each delta once, and every log is the whole turn once and verifies.
+func TestNetNATSNodeCutFromPeers(t *testing.T) {
+	const (
+		tokens = 60
+		cutFor = 10 * time.Second
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	top := startNetTopology(t, []string{"n3"}, []string{"n1", "n2"})
+	for _, h := range top.lab.hosts {
+		top.lab.lose(h, 2)
+	}
+	demo := fmt.Sprintf(`{"tokens":%d,"intervalMs":500}`, tokens)
+	gaConns, gaFs := startTurns(t, ctx, top.GA, "minority", 20, demo)
+	gbConns, gbFs := startTurns(t, ctx, top.GB, "majority", 10, demo)
+	top.lab.partition(top.natsHosts("n3"), top.natsHosts("n1", "n2"))
+	time.Sleep(cutFor)
+	top.lab.heal()
+	for _, h := range top.lab.hosts {
+		top.lab.lose(h, 2)
+	}
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		moved, _ := finishTurns(t, ctx, gaConns, gaFs, top.GB, tokens)
+		t.Logf("%d of the 20 sockets on the gateway of the cut node closed 1012 run moved", moved)
+	}()
+	go func() {
+		defer wg.Done()
+		if moved, _ := finishTurns(t, ctx, gbConns, gbFs, top.GA, tokens); moved != 0 {
+			t.Errorf("%d sockets of the gateway on the majority closed 1012, want none", moved)
+		}
+	}()
+	wg.Wait()
+}
