@@ -108,6 +108,13 @@ type Config struct {
 	// which runs the agent again and appends only what follows the stored events (takeOver).
 	// false: such a run ends RUN_ERROR producer_lost.
 	Replay bool
+	// Continue, with Replay, takes such a run over by continuing its reply instead (best
+	// effort, for agents that cannot replay, as a Chat Completions server): the agent is
+	// given the run's input plus the reply stored so far as the last assistant message, and
+	// what it answers goes after the stored events, its own start of the run and of that
+	// message left out (takeover.go, continueLog). A run whose stored reply is more than one
+	// text message is ended RUN_ERROR producer_lost.
+	Continue bool
 	// Threads, if set, keeps every run's thread (a run frame's threadId): hydrates on the
 	// HTTP transports' GET ?threadId=, and ThreadsHandler. nil: no threads (a hydrate
 	// answers an empty thread).

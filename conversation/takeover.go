@@ -5,8 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,8 +71,22 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 		input = srv.agentInput(ctx, th, in, trace.SpanFromContext(ctx), log)
 		cancel()
 	}
-	rl := &replayLog{w: tk.Writer, stored: tk.Stored}
-	log.Info("taking over a run whose producer died", slog.Int("stored", len(tk.Stored)))
+	var rl takeoverLog = &replayLog{w: tk.Writer, stored: tk.Stored}
+	replayed := max(len(tk.Stored)-1, 0) // the agent's events before the first stored one past run.accepted
+	if srv.cfg.Continue {
+		cl, reply, err := newContinueLog(tk.Writer, tk.Stored)
+		if err != nil {
+			log.Info("takeover: the stored reply cannot be continued", slog.String(keyErr, err.Error()))
+			srv.turns.end(s)
+			srv.cfg.Metrics.TakeoverEnded(metrics.TakeoverRefused)
+			return false
+		}
+		if reply != nil {
+			input = input.WithMessages(append(slices.Clip(input.Messages), *reply))
+		}
+		rl, replayed = cl, 0
+	}
+	log.Info("taking over a run whose producer died", slog.Int("stored", len(tk.Stored)), slog.Bool("continued", srv.cfg.Continue))
 	ctx, span := srv.startTakeoverSpan(tk, in.ThreadID)
 	t, err := turn.Start(turn.Config{
 		Input:        input,
@@ -79,8 +96,7 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 		Metrics:      srv.cfg.Metrics,
 		CloseTimeout: srv.cfg.TurnCloseTimeout,
 		Limits:       srv.cfg.TurnLimits,
-		// The agent's events before the first stored one past run.accepted are a replay.
-		Context: agent.WithReplay(ctx, max(len(tk.Stored)-1, 0)),
+		Context:      agent.WithReplay(ctx, replayed),
 		OnEnd: func(metrics.Outcome) {
 			srv.turns.end(s)
 			srv.cfg.Metrics.TakeoverEnded(rl.outcome())
@@ -122,6 +138,13 @@ func (srv *Server) startTakeoverSpan(tk jetstream.Takeover, threadID string) (co
 			tracing.KeyTakeovers.Int(tk.Info.Takeovers),
 			tracing.KeyEvents.Int(len(tk.Stored)),
 		))
+}
+
+// takeoverLog is the log of a takeover's turn: a replayLog, or a continueLog.
+type takeoverLog interface {
+	turn.Log
+	WaitRoom(ctx context.Context) error
+	outcome() metrics.TakeoverOutcome
 }
 
 // replayLog is a takeover's log (turn.Log): the first events appended are the agent's
@@ -214,4 +237,131 @@ func fingerprint(event []byte) string {
 	var b bytes.Buffer
 	json.NewEncoder(&b).Encode(m) // a map's keys in order; values as stored
 	return b.String()
+}
+
+// continueLog is the log of a takeover that continues the stored reply (Config.Continue):
+// the agent, given that reply as its last assistant message, starts its answer as a new
+// run would. Its RUN_STARTED is the stored one, and so is the start of the message it
+// writes first when the log holds one: that message's events get the stored message's id
+// (they are dropped when the stored message has ended); the rest is appended as it comes.
+type continueLog struct {
+	w        *jetstream.Writer
+	started  string // offset of the stored RUN_STARTED ("" when none)
+	last     string // offset of the last stored event
+	msgID    string // the stored text message's id ("" when none)
+	msgStart string // offset of its TEXT_MESSAGE_START
+	ended    bool   // its TEXT_MESSAGE_END is stored
+
+	mu         sync.Mutex
+	sawStarted bool
+	from       string // the id the agent gives the message it continues ("" until its start)
+}
+
+// errNotContinuable: what the log stores is not one text reply in progress.
+var errNotContinuable = errors.New("the stored events are not a run's start and one text message")
+
+// newContinueLog returns the log of a takeover that continues what stored holds (the
+// run.accepted marker, RUN_STARTED, at most one text message) and the assistant message
+// that gives the agent the stored reply (nil when no text message is stored).
+func newContinueLog(w *jetstream.Writer, stored []jetstream.Entry) (*continueLog, *protocol.Message, error) {
+	l := &continueLog{w: w}
+	var text strings.Builder
+	for i, e := range stored {
+		var ev struct {
+			Type      protocol.EventType `json:"type"`
+			Name      string             `json:"name"`
+			MessageID string             `json:"messageId"`
+			Delta     string             `json:"delta"`
+		}
+		if err := json.Unmarshal(e.Event, &ev); err != nil {
+			return nil, nil, fmt.Errorf("stored event %d: %w", i, err)
+		}
+		l.last = e.Offset
+		switch {
+		case i == 0 && ev.Type == protocol.Custom && ev.Name == protocol.RunAcceptedName:
+		case ev.Type == protocol.RunStarted && l.started == "":
+			l.started = e.Offset
+		case ev.Type == protocol.TextMessageStart && l.started != "" && l.msgID == "" && ev.MessageID != "":
+			l.msgID, l.msgStart = ev.MessageID, e.Offset
+		case ev.Type == protocol.TextMessageContent && l.msgID != "" && !l.ended && ev.MessageID == l.msgID:
+			text.WriteString(ev.Delta)
+		case ev.Type == protocol.TextMessageEnd && l.msgID != "" && !l.ended && ev.MessageID == l.msgID:
+			l.ended = true
+		default:
+			return nil, nil, fmt.Errorf("%w: event %d is %s", errNotContinuable, i, ev.Type)
+		}
+	}
+	if l.msgID == "" {
+		return l, nil, nil
+	}
+	raw, err := json.Marshal(map[string]string{"id": l.msgID, "role": "assistant", "content": text.String()})
+	if err != nil {
+		return nil, nil, err
+	}
+	content, _ := json.Marshal(text.String())
+	return l, &protocol.Message{ID: l.msgID, Role: "assistant", Content: content, Raw: raw}, nil
+}
+
+// Append implements turn.Log.
+func (l *continueLog) Append(event []byte, stored func(offset string, err error)) {
+	var ev struct {
+		Type      protocol.EventType `json:"type"`
+		MessageID string             `json:"messageId"`
+	}
+	json.Unmarshal(event, &ev) // the turn's pipeline has checked it
+	l.mu.Lock()
+	switch {
+	case ev.Type == protocol.RunStarted && l.started != "" && !l.sawStarted:
+		l.sawStarted = true
+		l.mu.Unlock()
+		stored(l.started, nil)
+		return
+	case ev.Type == protocol.TextMessageStart && l.msgID != "" && l.from == "":
+		l.from = ev.MessageID
+		l.mu.Unlock()
+		stored(l.msgStart, nil)
+		return
+	case l.from != "" && ev.MessageID == l.from && (ev.Type == protocol.TextMessageContent || ev.Type == protocol.TextMessageEnd):
+		if l.ended {
+			l.mu.Unlock()
+			stored(l.last, nil)
+			return
+		}
+		if l.from != l.msgID {
+			event = withMessageID(event, l.msgID)
+		}
+	}
+	l.mu.Unlock()
+	l.w.Append(event, stored)
+}
+
+// withMessageID returns event with its messageId set to id.
+func withMessageID(event []byte, id string) []byte {
+	var m map[string]json.RawMessage
+	if json.Unmarshal(event, &m) != nil {
+		return event
+	}
+	m["messageId"], _ = json.Marshal(id)
+	out, err := json.Marshal(m)
+	if err != nil {
+		return event
+	}
+	return out
+}
+
+// WaitRoom bounds what waits to be stored, as the writer does.
+func (l *continueLog) WaitRoom(ctx context.Context) error { return l.w.WaitRoom(ctx) }
+
+// Close implements turn.Log.
+func (l *continueLog) Close(ctx context.Context) error { return l.w.Close(ctx) }
+
+// Lost implements turn.Log.
+func (l *continueLog) Lost() <-chan struct{} { return l.w.Lost() }
+
+// outcome names how the takeover went, once its turn ended.
+func (l *continueLog) outcome() metrics.TakeoverOutcome {
+	if l.w.Err() != nil {
+		return metrics.TakeoverFailed
+	}
+	return metrics.TakeoverContinued
 }

@@ -276,11 +276,11 @@ var serveFlags = []serveFlag{
 	{"memory-limit", "auto", "the Go runtime's soft memory limit: auto (90% of the container's cgroup memory limit when there is one; GOMEMLIMIT, when set, wins), off (the runtime's own: GOMEMLIMIT or none) or a size such as 2GiB", memorySetter(true, func(c *serveConfig) *int64 { return &c.memoryLimit })},
 	{"memory-budget", "auto", "bytes of memory clients and agents may make the gateway hold at once: events waiting to be stored, frames queued to sockets and HTTP streams, logs read whole; at half of it agents and replays wait, past three quarters new turns and hydrates are refused, at it a socket already behind is closed 1013. auto: a quarter of the memory limit, 128MiB without one", memorySetter(false, func(c *serveConfig) *int64 { return &c.memoryBudget })},
 	{"lease-ttl", "15s", "producer lease; a run whose gateway died is taken over by another (--takeover), or ended RUN_ERROR producer_lost, after about this long", durationSetter(func(c *serveConfig) *time.Duration { return &c.leaseTTL })},
-	{"takeover", "auto", "a run whose gateway died is taken over by a live gateway, which runs the agent again with the run's input and appends only what follows the stored events (a replay that disagrees with them ends RUN_ERROR replay_diverged): on (the agent replays: the same input gives the same events), off (such a run ends RUN_ERROR producer_lost) or auto (on for --agent demo, off otherwise)", func(c *serveConfig, v string) error {
+	{"takeover", "auto", "a run whose gateway died is taken over by a live gateway, which runs the agent again with the run's input and appends only what follows the stored events (a replay that disagrees with them ends RUN_ERROR replay_diverged): on (the agent replays: the same input gives the same events), continue (best effort, for agents that do not replay, as --agent openai: the agent is given the reply stored so far as the last assistant message, and what it answers is appended after it), off (such a run ends RUN_ERROR producer_lost) or auto (on for --agent demo, off otherwise)", func(c *serveConfig, v string) error {
 		switch v {
-		case "auto", "on", "off":
+		case "auto", "on", "off", "continue":
 		default:
-			return fmt.Errorf("want auto, on or off")
+			return fmt.Errorf("want auto, on, continue or off")
 		}
 		c.takeover = v
 		return nil
@@ -685,7 +685,9 @@ func checkAgent(cfg *serveConfig, getenv func(string) (string, bool)) error {
 			agentOpenAI: "the API base, e.g. https://api.openai.com/v1 or http://127.0.0.1:11434/v1",
 		}[cfg.agent])
 	case cfg.takeover == "on" && cfg.agent == agentOpenAI:
-		return fmt.Errorf("%w: --takeover on needs an agent that replays a run (demo, or an agui upstream that does); a Chat Completions server does not", errUsage)
+		return fmt.Errorf("%w: --takeover on needs an agent that replays a run (demo, or an agui upstream that does); a Chat Completions server does not: use --takeover continue", errUsage)
+	case cfg.takeover == "continue" && cfg.agent == agentDemo:
+		return fmt.Errorf("%w: --takeover continue is for agents that do not replay; the demo agent does: use --takeover on (or auto)", errUsage)
 	case cfg.agent == agentOpenAI && strings.TrimSpace(cfg.agentModel) == "":
 		return fmt.Errorf("%w: --agent openai needs --agent-model (e.g. gpt-4o-mini)", errUsage)
 	case cfg.agent != agentOpenAI && cfg.agentModel != "":

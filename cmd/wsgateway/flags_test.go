@@ -283,6 +283,9 @@ func TestParseServeSecurity(t *testing.T) {
 		{[]string{"--run-frame-burst", "x"}, "want a positive integer"},
 		{[]string{"--max-event-bytes", "2MiB", "--max-run-bytes", "1MiB"}, "--max-event-bytes 2097152 is larger than --max-run-bytes 1048576"},
 		{[]string{"--header-timeout", "0s"}, "must be positive"},
+		{[]string{"--takeover", "maybe"}, "want auto, on, continue or off"},
+		{[]string{"--takeover", "continue"}, "the demo agent does: use --takeover on"},
+		{[]string{"--agent", "openai", "--agent-url", "http://127.0.0.1:1/v1", "--agent-model", "m", "--takeover", "on"}, "use --takeover continue"},
 	}
 	for _, tt := range errs {
 		_, err := parseServe(tt.args, env(nil), io.Discard)
