@@ -2,21 +2,28 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // Faults as networks make them: each NATS node and each gateway is a host of its own in a
 // network lab (netlab_test.go), and the faults are packets the switch drops, which neither
-// end's stack sees: no reset, no refusal, only silence that TCP retransmits into.
+// end's stack sees: no reset, no refusal, only silence that TCP retransmits into. Latency is
+// a relay host between a gateway and NATS (this kernel has no netem qdisc to delay a link).
 
 // netTopology is the compose deployment on lab hosts: NATS nodes n1, n2, n3 and gateways
 // ga and gb, started with the compose file's gateway flags, a short lease TTL and extra.
-// gaNATS and gbNATS are the nodes each gateway is given (nil: every node).
+// gaNATS and gbNATS are the nodes each gateway is given (nil: every node; for ga,
+// farNATSNodes: every node through the relays of farNATS, 15 ms each way).
 type netTopology struct {
 	lab    *netLab
 	NATS   *natsCluster
@@ -25,7 +32,7 @@ type netTopology struct {
 
 func startNetTopology(tb testing.TB, gaNATS, gbNATS []string, extra ...string) *netTopology {
 	tb.Helper()
-	lab := newNetLab(tb, "n1", "n2", "n3", "ga", "gb")
+	lab := newNetLab(tb, "n1", "n2", "n3", "ga", "gb", "wan")
 	c := startNATSClusterOn(tb, lab.hosts[:3])
 	urls := func(names []string) string {
 		if names == nil {
@@ -36,9 +43,16 @@ func startNetTopology(tb testing.TB, gaNATS, gbNATS []string, extra ...string) *
 			if i > 0 {
 				out += ","
 			}
+			if url, ok := strings.CutPrefix(name, "far:"); ok {
+				out += url
+				continue
+			}
 			out += c.node(tb, name).URL()
 		}
 		return out
+	}
+	if len(gaNATS) == 1 && gaNATS[0] == farNATSNodes {
+		gaNATS = farNATS(tb, lab, 15*time.Millisecond)
 	}
 	start := func(host string, nodes []string) *gateway {
 		args := append(composeGatewayFlags(tb), "--nats-url", urls(nodes), "--lease-ttl", "3s")
@@ -46,6 +60,46 @@ func startNetTopology(tb testing.TB, gaNATS, gbNATS []string, extra ...string) *
 	}
 	return &netTopology{lab: lab, NATS: c, GA: start("ga", gaNATS), GB: start("gb", gbNATS)}
 }
+
+// farNATS starts, on the lab host "wan", a relay to each NATS node that holds every chunk of
+// bytes delay each way (wsbench delay-proxy), and returns the relays' client URLs as
+// startNetTopology's node names ("far:nats://…").
+func farNATS(tb testing.TB, lab *netLab, delay time.Duration) []string {
+	tb.Helper()
+	wsbenchOnce.Do(func() { wsbenchBin, wsbenchErr = goBuild(binDir, "./cmd/wsbench") })
+	if wsbenchErr != nil {
+		tb.Fatalf("building wsbench: %v", wsbenchErr)
+	}
+	wan := lab.host("wan")
+	var names []string
+	for i, node := range []string{"n1", "n2", "n3"} {
+		listen := fmt.Sprintf("%s:%d", wan.Addr, 14222+i)
+		cmd := wan.command(wsbenchBin, "delay-proxy", "--listen", listen, "--target", lab.host(node).Addr+":4222", "--delay", delay.String())
+		var out testenv.LockedBuffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			tb.Fatalf("start the delay proxy to %s: %v", node, err)
+		}
+		tb.Cleanup(func() {
+			cmd.Process.Kill()
+			cmd.Wait()
+			if tb.Failed() {
+				tb.Logf("delay proxy to %s:\n%s", node, out.String())
+			}
+		})
+		names = append(names, "far:nats://"+listen)
+	}
+	return names
+}
+
+// farNATSNodes, as startNetTopology's gaNATS, puts ga far from NATS.
+const farNATSNodes = "far"
+
+var (
+	wsbenchOnce sync.Once
+	wsbenchBin  string
+	wsbenchErr  error
+)
 
 // natsHosts returns the lab hosts of the NATS nodes named (every node without names).
 func (n *netTopology) natsHosts(names ...string) []*netHost {
@@ -105,7 +159,7 @@ func finishTurns(tb testing.TB, ctx context.Context, conns []*websocket.Conn, fs
 				moved, last = moved+1, time.Now()
 				mu.Unlock()
 			}
-			if f.status != -1 { // the socket ended before the turn: resume elsewhere
+			if len(f.got) == 0 || !turnEnded(f.got) { // the socket ended before the turn: resume elsewhere
 				f.resume(tb, ctx, other)
 			}
 			if code := checkSequence(tb, f.runID, f.got, tokens); code != "" {
@@ -204,4 +258,55 @@ func TestNetNATSNodeCutFromPeers(t *testing.T) {
 		}
 	}()
 	wg.Wait()
+}
+
+// TestNetFarGatewayKilled: gateway ga reaches NATS through a relay host that holds every
+// chunk 15 ms each way (its round trips 30 ms longer than gb's), and every link loses 2% of
+// its packets each way. With 20 turns streaming on ga, it is killed (kill -9): appends are in
+// flight, some stored and not yet acknowledged, others not stored, when it dies. gb takes the
+// turns over: each client, resuming on gb by the last offset it received, assembles its whole
+// turn, each delta once, and every log is the whole turn once and verifies.
+func TestNetFarGatewayKilled(t *testing.T) {
+	const tokens = 60
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	top := startNetTopology(t, []string{farNATSNodes}, nil)
+	// ga's NATS connections (data and liveness) come from the relay host, none from ga.
+	from := map[string]int{}
+	for _, n := range top.NATS.Nodes {
+		status, body, err := httpGet(ctx, fmt.Sprintf("http://%s:%d/connz", n.Host, n.HTTPPt))
+		var connz struct {
+			Conns []struct {
+				IP string `json:"ip"`
+			} `json:"connections"`
+		}
+		if err != nil || status != 200 || json.Unmarshal([]byte(body), &connz) != nil {
+			t.Fatalf("GET /connz of %s: %d %v", n.Name, status, err)
+		}
+		for _, c := range connz.Conns {
+			from[c.IP]++
+		}
+	}
+	if from[top.lab.host("wan").Addr] < 2 || from[top.lab.host("ga").Addr] != 0 {
+		t.Fatalf("NATS client connections by address %v: want ga's through the relay host %s only", from, top.lab.host("wan").Addr)
+	}
+	for _, h := range top.lab.hosts {
+		top.lab.lose(h, 2)
+	}
+	demo := fmt.Sprintf(`{"tokens":%d,"intervalMs":100}`, tokens) // 6 s
+	conns, fs := startTurns(t, ctx, top.GA, "far", 20, demo)
+	time.Sleep(2 * time.Second)
+	top.GA.signal(t, syscall.SIGKILL)
+	top.GA.wait(t, 10*time.Second)
+	for _, c := range conns {
+		c.CloseNow()
+	}
+	for _, f := range fs {
+		if f.last() == "-1" {
+			t.Fatalf("%s received nothing before the kill", f.runID)
+		}
+	}
+	if moved, _ := finishTurns(t, ctx, conns, fs, top.GB, tokens); moved != 0 {
+		t.Errorf("%d sockets of the killed gateway closed 1012, want none (it is dead)", moved)
+	}
 }
