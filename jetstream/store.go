@@ -304,6 +304,8 @@ type Store struct {
 	// holds are the threads this store is updating, by key (threadHold).
 	holdsMu sync.Mutex
 	holds   map[string]*threadHold
+	// kept is what the store keeps of the thread values it wrote (threadkeep.go).
+	kept threadKeep
 
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}

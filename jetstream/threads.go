@@ -148,6 +148,9 @@ func (s *Store) release(key string, h *threadHold) {
 	s.holdsMu.Lock()
 	if h.refs--; h.refs == 0 {
 		delete(s.holds, key)
+		if h.val != nil { // no update waits for it: the next one, or a read ahead, may take it
+			s.kept.keep(key, h.val)
+		}
 	}
 	s.holdsMu.Unlock()
 }
@@ -173,7 +176,7 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 		ahead = nil
 		if r == nil {
 			var err error
-			if r, err = s.readThread(ctx, key); err != nil {
+			if r, err = s.readThread(ctx, key, true); err != nil {
 				return err
 			}
 		}
@@ -208,11 +211,13 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 }
 
 // threadRead is a thread as read from (or written to) the bucket: its value decoded, its
-// revision (0: none) and the parts its value names (nil: none).
+// revision (0: none), the parts its value names (nil: none) and the size of its JSON, parts
+// included (as written; 0 as read).
 type threadRead struct {
 	t     *Thread
 	rev   uint64
 	parts *threadParts
+	size  int
 }
 
 // threadParts names the records that hold a thread too large for one NATS message: keys
@@ -242,6 +247,7 @@ func (s *Store) writeThread(ctx context.Context, key string, t *Thread, prev *th
 	if err != nil {
 		return nil, err
 	}
+	size := len(b)
 	var parts *threadParts
 	if len(b) > limit {
 		if parts, err = s.writeParts(ctx, key, b, limit); err != nil {
@@ -267,7 +273,7 @@ func (s *Store) writeThread(ctx context.Context, key string, t *Thread, prev *th
 		return nil, err
 	}
 	s.purgeParts(key, prev.parts)
-	return &threadRead{t: t, rev: rev, parts: parts}, nil
+	return &threadRead{t: t, rev: rev, parts: parts, size: size}, nil
 }
 
 // writeParts writes b across the parts of key, each at most limit bytes, under a new ID, all
@@ -318,7 +324,10 @@ func (s *Store) purgeParts(key string, p *threadParts) {
 
 // readThread returns the thread under key as read; none (a zero Thread, revision 0) when
 // the thread does not exist. A value whose parts a newer write purged meanwhile is read again.
-func (s *Store) readThread(ctx context.Context, key string) (*threadRead, error) {
+// take, for a read that will change the thread (an update, a read ahead of one), takes what
+// this store kept of the value it wrote last (threadkeep.go) when that is still the thread's
+// value, instead of decoding it again.
+func (s *Store) readThread(ctx context.Context, key string, take bool) (*threadRead, error) {
 	for attempt := 0; ; attempt++ {
 		e, err := s.threads.Get(ctx, key)
 		switch {
@@ -326,6 +335,11 @@ func (s *Store) readThread(ctx context.Context, key string) (*threadRead, error)
 			return &threadRead{t: &Thread{}}, nil
 		case err != nil:
 			return nil, fmt.Errorf("thread: %w", err)
+		}
+		if take {
+			if r := s.kept.take(key, e.Revision()); r != nil {
+				return r, nil
+			}
 		}
 		var v threadValue
 		if err := json.Unmarshal(e.Value(), &v); err != nil {
@@ -374,7 +388,7 @@ func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string)
 	a := &ThreadAhead{done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
-		a.r, a.err = s.readThread(ctx, threadKey(principal, threadID))
+		a.r, a.err = s.readThread(ctx, threadKey(principal, threadID), true)
 	}()
 	return a
 }
@@ -516,7 +530,7 @@ func Events(entries []Entry) []json.RawMessage {
 
 // Thread returns the principal's thread, or ErrUnknownThread.
 func (s *Store) Thread(ctx context.Context, principal, threadID string) (*Thread, error) {
-	r, err := s.readThread(ctx, threadKey(principal, threadID))
+	r, err := s.readThread(ctx, threadKey(principal, threadID), false)
 	if err != nil {
 		return nil, err
 	}
@@ -574,7 +588,7 @@ func (s *Store) Threads(ctx context.Context, principal string) ([]ThreadSummary,
 // does not have.
 func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) error {
 	key := threadKey(principal, threadID)
-	r, err := s.readThread(ctx, key)
+	r, err := s.readThread(ctx, key, false)
 	if err != nil {
 		return err
 	}
@@ -582,6 +596,7 @@ func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) er
 	if r.rev == 0 || t.Principal != principal || t.ThreadID != threadID {
 		return ErrUnknownThread
 	}
+	s.kept.forget(key)
 	if err := s.threads.Purge(ctx, key); err != nil {
 		return fmt.Errorf("delete thread: %w", err)
 	}

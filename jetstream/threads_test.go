@@ -221,3 +221,79 @@ func TestThreadReaped(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// TestThreadKeptValue: what a store wrote of a thread is taken by its next update or read
+// ahead instead of decoded again, but only while it is the thread's value: after another
+// store's write, a read ahead decodes that write, and the next update loses nothing. Nothing
+// is kept longer than keptFor.
+func TestThreadKeptValue(t *testing.T) {
+	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
+	var a, b *Store
+	for _, s := range []**Store{&a, &b} {
+		cfg := testConfig(t)
+		cfg.URLs = ns.ClientURL()
+		*s = openStore(t, cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	turn := func(s *Store, runID string) {
+		t.Helper()
+		ahead := s.ReadThreadAhead(ctx, "alice", "T")
+		if _, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, runID), ahead); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.FinishRun(ctx, "alice", "T", runID, turnEvents("T", runID, runID)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key := threadKey("alice", "T")
+	kept := func(s *Store) *threadRead {
+		s.kept.mu.Lock()
+		defer s.kept.mu.Unlock()
+		return s.kept.by[key].r
+	}
+	turn(a, "r1")
+	k := kept(a)
+	if k == nil {
+		t.Fatal("store a keeps nothing of the thread it wrote")
+	}
+	ahead := a.ReadThreadAhead(ctx, "alice", "T")
+	<-ahead.done
+	if ahead.err != nil || ahead.r != k {
+		t.Errorf("the read ahead after the store's own write decoded the thread again (err %v)", ahead.err)
+	}
+	if kept(a) != nil {
+		t.Error("what was taken is still kept")
+	}
+	stale := ahead.r
+	a.kept.keep(key, stale) // as if the read ahead's update had not come
+
+	turn(b, "r2") // another gateway writes the thread: what a kept is stale
+	ahead = a.ReadThreadAhead(ctx, "alice", "T")
+	<-ahead.done
+	if ahead.err != nil || ahead.r == stale {
+		t.Errorf("a read ahead after another store's write took the stale value (err %v)", ahead.err)
+	}
+	turn(a, "r3")
+	th, err := b.Thread(ctx, "alice", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := texts(th)
+	if len(th.Runs) != 3 || len(got) != 6 {
+		t.Fatalf("thread holds %d runs and %d messages (%v), want 3 and 6: an update started from a stale value", len(th.Runs), len(got), got)
+	}
+	for _, r := range []string{"r1", "r2", "r3"} {
+		if got["u-"+r] != "user:"+r || got["a-"+r] != "assistant:re: "+r {
+			t.Errorf("run %s: user %q, assistant %q", r, got["u-"+r], got["a-"+r])
+		}
+	}
+	time.Sleep(2*keptFor + 100*time.Millisecond)
+	for i, s := range []*Store{a, b} {
+		s.kept.mu.Lock()
+		if n, size := len(s.kept.by), s.kept.size; n != 0 || size != 0 {
+			t.Errorf("store %d keeps %d values (%d bytes) %v after its last write", i, n, size, 2*keptFor)
+		}
+		s.kept.mu.Unlock()
+	}
+}
