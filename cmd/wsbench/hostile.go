@@ -10,6 +10,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,6 +34,13 @@ type hostileConfig struct {
 	Every     time.Duration
 	Sample    time.Duration
 	JSON      bool
+	// FloodCPUs, if set, runs the hostile clients in a process of their own pinned to these
+	// CPUs (taskset -c): their own CPU stays off the cores of the gateway and of the other
+	// principal's client, as a flood from other machines would.
+	FloodCPUs string
+	// FloodOnly runs the hostile clients alone for Attack and prints their answers (JSON):
+	// the process FloodCPUs starts.
+	FloodOnly bool
 }
 
 // The hostile scenario's principals and turns.
@@ -72,6 +80,8 @@ func hostileMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	fs.DurationVar(&c.Every, "every", 200*time.Millisecond, "how often each other principal starts a turn (a person's pace, under the per-principal rate)")
 	fs.DurationVar(&c.Sample, "sample", 100*time.Millisecond, "period of the /metrics samples")
 	fs.BoolVar(&c.JSON, "json", false, "print the report as JSON")
+	fs.StringVar(&c.FloodCPUs, "flood-cpus", "", "run the hostile clients in a process of their own pinned to these CPUs (taskset -c LIST, e.g. 1), off the cores of the gateway and of the other principal's client; empty: in this process")
+	fs.BoolVar(&c.FloodOnly, "flood-only", false, "run the hostile clients alone for --attack and print their answers by door as JSON (what --flood-cpus starts)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -79,6 +89,20 @@ func hostileMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	if len(secret) < 32 {
 		fmt.Fprintf(stderr, "wsbench hostile: $%s must hold the gateway's HS256 secret (32 bytes or more)\n", c.SecretEnv)
 		return 2
+	}
+	if c.FloodOnly {
+		tok, err := hostileToken([]byte(secret), hostileSubject)
+		if err != nil {
+			fmt.Fprintf(stderr, "wsbench hostile: %v\n", err)
+			return 1
+		}
+		actx, cancel := context.WithTimeout(ctx, c.Attack)
+		defer cancel()
+		doors := doorCounts{}
+		base := strings.TrimRight(c.URL, "/")
+		runFlood(actx, base, c.Workers, c.Frames, tok, doors.add)
+		json.NewEncoder(stdout).Encode(doors.m)
+		return 0
 	}
 	rep, err := runHostile(ctx, c, []byte(secret), stderr)
 	if err != nil {
@@ -133,18 +157,13 @@ func runHostile(ctx context.Context, c hostileConfig, secret []byte, stderr io.W
 	base := strings.TrimRight(c.URL, "/")
 	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/ws"
 	metricsURL := base + "/metrics"
-	token := func(sub string) (string, error) {
-		return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
-			"sub": sub, "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix(),
-		}).SignedString(secret)
-	}
-	hostileTok, err := token(hostileSubject)
+	hostileTok, err := hostileToken(secret, hostileSubject)
 	if err != nil {
 		return nil, err
 	}
 	var others []string
 	for i := range c.Others {
-		tok, err := token(fmt.Sprintf("%s-%d", otherSubject, i))
+		tok, err := hostileToken(secret, fmt.Sprintf("%s-%d", otherSubject, i))
 		if err != nil {
 			return nil, err
 		}
@@ -168,26 +187,16 @@ func runHostile(ctx context.Context, c hostileConfig, secret []byte, stderr io.W
 	actx, stop := context.WithTimeout(ctx, c.Attack)
 	defer stop()
 	var mu sync.Mutex
-	count := func(door, answer string) {
-		mu.Lock()
-		defer mu.Unlock()
-		if rep.Doors[door] == nil {
-			rep.Doors[door] = map[string]int{}
-		}
-		rep.Doors[door][answer]++
-	}
+	doors := doorCounts{m: rep.Doors}
 	var wg sync.WaitGroup
-	var seq atomic.Int64
-	for w := 0; w < c.Workers; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := w; actx.Err() == nil; i++ {
-				door := hostileDoors[i%len(hostileDoors)]
-				count(door, startHostile(actx, base, wsURL, hostileTok, door, c.Frames, &seq))
-			}
-		}()
-	}
+	var floodErr error
+	wg.Go(func() {
+		if c.FloodCPUs == "" {
+			runFlood(actx, base, c.Workers, c.Frames, hostileTok, doors.add)
+			return
+		}
+		floodErr = floodProcess(c, &doors)
+	})
 	sampled := make(chan struct{})
 	go func() {
 		defer close(sampled)
@@ -211,6 +220,9 @@ func runHostile(ctx context.Context, c hostileConfig, secret []byte, stderr io.W
 	attack, err := probeAll(ctx, wsURL, others, "attack", c.Attack, c.Every)
 	wg.Wait()
 	<-sampled
+	if err == nil {
+		err = floodErr
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -229,6 +241,78 @@ func runHostile(ctx context.Context, c hostileConfig, secret []byte, stderr io.W
 		rep.RatioP99 = attack.FirstEvent.P99 / idle.FirstEvent.P99
 	}
 	return rep, nil
+}
+
+// hostileToken returns an HS256 token of subject sub, valid for an hour.
+func hostileToken(secret []byte, sub string) (string, error) {
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": sub, "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix(),
+	}).SignedString(secret)
+}
+
+// doorCounts counts the hostile principal's attempts by door and answer; add is safe for
+// concurrent use.
+type doorCounts struct {
+	mu sync.Mutex
+	m  map[string]map[string]int
+}
+
+func (d *doorCounts) add(door, answer string) { d.addN(door, answer, 1) }
+
+func (d *doorCounts) addN(door, answer string, n int) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.m == nil {
+		d.m = map[string]map[string]int{}
+	}
+	if d.m[door] == nil {
+		d.m[door] = map[string]int{}
+	}
+	d.m[door][answer] += n
+}
+
+// runFlood runs workers hostile clients until ctx ends, each taking the doors in turn.
+func runFlood(ctx context.Context, base string, workers, frames int, tok string, count func(door, answer string)) {
+	wsURL := "ws" + strings.TrimPrefix(base, "http") + "/ws"
+	var wg sync.WaitGroup
+	var seq atomic.Int64
+	for w := range workers {
+		wg.Go(func() {
+			for i := w; ctx.Err() == nil; i++ {
+				door := hostileDoors[i%len(hostileDoors)]
+				count(door, startHostile(ctx, base, wsURL, tok, door, frames, &seq))
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// floodProcess runs the hostile clients as `taskset -c c.FloodCPUs wsbench hostile
+// --flood-only` and adds their answers to doors.
+func floodProcess(c hostileConfig, doors *doorCounts) error {
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	cmd := exec.Command("taskset", "-c", c.FloodCPUs, self, "hostile", "--flood-only",
+		"--url", c.URL, "--jwt-secret-env", c.SecretEnv, "--attack", c.Attack.String(),
+		"--workers", strconv.Itoa(c.Workers), "--frames", strconv.Itoa(c.Frames))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return fmt.Errorf("the flood process (taskset -c %s): %v: %s", c.FloodCPUs, err, stderr.Bytes())
+	}
+	var got map[string]map[string]int
+	if err := json.Unmarshal(out, &got); err != nil {
+		return fmt.Errorf("the flood process's answers: %v", err)
+	}
+	for door, answers := range got {
+		for answer, n := range answers {
+			doors.addN(door, answer, n)
+		}
+	}
+	return nil
 }
 
 // startHostile starts long turns by one door as the hostile principal and walks away; it

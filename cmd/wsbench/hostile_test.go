@@ -8,15 +8,28 @@ import (
 // TestHostile: wsbench hostile against a gateway with --auth jwt and --max-principal-turns 4
 // reports the refusals of the bound, at most the bound's turns running (and the other
 // principal's one), 429 answers at the HTTP doors, and the other principal's turns, all
-// finished.
+// finished; with the hostile clients in this process, and in a process of their own pinned
+// to a CPU (--flood-cpus).
 func TestHostile(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		extra []string
+	}{{"in process", nil}, {"flood process", []string{"--flood-cpus", "0"}}} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("WSBENCH_TEST_MAIN", "1") // the flood process is this binary (TestMain)
+			testHostile(t, tt.extra...)
+		})
+	}
+}
+
+func testHostile(t *testing.T, extra ...string) {
 	const secret = "a secret of the hostile test, 32 bytes or more"
 	gw := startProcessEnv(t, "gateway", buildGateway(t), []string{"HOSTILE_SECRET=" + secret},
 		"serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-format", "json", "--log-level", "info",
 		"--drain-timeout", "2s", "--auth", "jwt", "--jwt-secret-env", "HOSTILE_SECRET", "--max-principal-turns", "4")
 	t.Setenv("HOSTILE_SECRET", secret)
-	code, out, errOut := wsbenchRun(t, "hostile", "--url", "http://"+gw.addr, "--jwt-secret-env", "HOSTILE_SECRET",
-		"--attack", "2s", "--idle", "1s", "--workers", "2", "--others", "1", "--json")
+	code, out, errOut := wsbenchRun(t, append([]string{"hostile", "--url", "http://" + gw.addr, "--jwt-secret-env", "HOSTILE_SECRET",
+		"--attack", "2s", "--idle", "1s", "--workers", "2", "--others", "1", "--json"}, extra...)...)
 	if code != 0 {
 		t.Fatalf("wsbench hostile exit %d\n%s\n%s", code, out, errOut)
 	}

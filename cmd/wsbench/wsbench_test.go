@@ -449,8 +449,13 @@ var build struct {
 	out  []byte
 }
 
-// TestMain removes the gateway buildGateway compiled, once every test is done.
+// TestMain removes the gateway buildGateway compiled, once every test is done. With
+// WSBENCH_TEST_MAIN=1 the test binary is wsbench itself, as the processes wsbench starts of
+// itself (wsbench hostile --flood-cpus) need.
 func TestMain(m *testing.M) {
+	if os.Getenv("WSBENCH_TEST_MAIN") == "1" {
+		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+	}
 	code := m.Run()
 	if build.bin != "" {
 		os.RemoveAll(filepath.Dir(build.bin))
