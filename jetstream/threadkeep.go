@@ -20,6 +20,10 @@ const (
 	keptBytes = 8 << 20
 )
 
+// ThreadsKeptFor is the longest a store keeps a thread value it wrote, decoded, for the
+// thread's next update: keptFor, and as long again until the sweep that forgets it.
+const ThreadsKeptFor = 2 * keptFor
+
 // threadKeep is what a store keeps of the thread values it wrote.
 type threadKeep struct {
 	mu    sync.Mutex

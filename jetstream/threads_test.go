@@ -288,7 +288,7 @@ func TestThreadKeptValue(t *testing.T) {
 			t.Errorf("run %s: user %q, assistant %q", r, got["u-"+r], got["a-"+r])
 		}
 	}
-	time.Sleep(2*keptFor + 100*time.Millisecond)
+	time.Sleep(ThreadsKeptFor + 100*time.Millisecond)
 	for i, s := range []*Store{a, b} {
 		s.kept.mu.Lock()
 		if n, size := len(s.kept.by), s.kept.size; n != 0 || size != 0 {
