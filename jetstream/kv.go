@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"time"
@@ -8,45 +9,98 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// electedKV is a KV bucket whose writes wait out a leader election. A write that no stream
-// leader heard (no responders: the bucket's leader was lost and the next is not elected yet)
-// was not applied, so it is sent again, with backoff, until the horizon of publish retries;
-// every other answer, a timeout included, is the caller's to judge.
+// electedKV is a KV bucket whose reads and writes wait out a leader election. Each attempt is
+// bounded by the publish timeout: a request sent while the bucket's lost leader is still
+// believed alive is answered by no one, and would otherwise wait as long as the caller's
+// context. A request no stream leader heard (no responders: the next leader is not elected
+// yet), or not answered in time while the connection is up, is sent again, with backoff, until
+// ctx or the store ends or the horizon of publish retries passes. With NATS unreachable, a
+// request waits as one request would: until ctx ends, or, where ctx has no deadline, for one
+// attempt (a new run's creation fails then, after the publish timeout, as it did when the nats
+// client's default timeout bounded it). A conditional write whose retry is refused (the key
+// changed, or exists) may have been applied by the attempt that timed out: it succeeded if the
+// key now holds the value it wrote (a delete: if the key is gone).
 type electedKV struct {
 	natsjs.KeyValue
 	s *Store
 }
 
+func (k electedKV) Get(ctx context.Context, key string) (natsjs.KeyValueEntry, error) {
+	var e natsjs.KeyValueEntry
+	_, err := k.retry(ctx, func(ctx context.Context) (uint64, error) {
+		var err error
+		e, err = k.KeyValue.Get(ctx, key)
+		return 0, err
+	}, nil)
+	return e, err
+}
+
 func (k electedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	return unheard(ctx, k.s, func() (uint64, error) { return k.KeyValue.Put(ctx, key, value) })
+	return k.retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Put(ctx, key, value) }, nil)
 }
 
 func (k electedKV) Create(ctx context.Context, key string, value []byte, opts ...natsjs.KVCreateOpt) (uint64, error) {
-	return unheard(ctx, k.s, func() (uint64, error) { return k.KeyValue.Create(ctx, key, value, opts...) })
+	return k.retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Create(ctx, key, value, opts...) },
+		k.holds(key, value))
 }
 
 func (k electedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	return unheard(ctx, k.s, func() (uint64, error) { return k.KeyValue.Update(ctx, key, value, revision) })
+	return k.retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Update(ctx, key, value, revision) },
+		k.holds(key, value))
 }
 
 func (k electedKV) Delete(ctx context.Context, key string, opts ...natsjs.KVDeleteOpt) error {
-	_, err := unheard(ctx, k.s, func() (uint64, error) { return 0, k.KeyValue.Delete(ctx, key, opts...) })
+	_, err := k.retry(ctx, func(ctx context.Context) (uint64, error) { return 0, k.KeyValue.Delete(ctx, key, opts...) },
+		func(ctx context.Context) (uint64, bool) {
+			_, err := k.KeyValue.Get(ctx, key)
+			return 0, errors.Is(err, natsjs.ErrKeyNotFound)
+		})
 	return err
 }
 
-// unheard runs op until it is heard by a stream leader, ctx or the store ends, or the
-// horizon of publish retries passes.
-func unheard(ctx context.Context, s *Store, op func() (uint64, error)) (uint64, error) {
-	deadline := time.Now().Add(s.cfg.DedupWindow - s.cfg.PublishTimeout)
+// holds returns a check that the key holds value, and at which revision.
+func (k electedKV) holds(key string, value []byte) func(context.Context) (uint64, bool) {
+	return func(ctx context.Context) (uint64, bool) {
+		e, err := k.KeyValue.Get(ctx, key)
+		if err != nil || !bytes.Equal(e.Value(), value) {
+			return 0, false
+		}
+		return e.Revision(), true
+	}
+}
+
+// retry runs op, each attempt bounded by the publish timeout, until it is answered, ctx or
+// the store ends, or the horizon of publish retries passes. applied, when set, tells whether
+// a refused write was applied by an earlier attempt that went unanswered.
+func (k electedKV) retry(ctx context.Context, op func(context.Context) (uint64, error), applied func(context.Context) (uint64, bool)) (uint64, error) {
+	deadline := time.Now().Add(k.s.cfg.DedupWindow - k.s.cfg.PublishTimeout)
 	backoff := 100 * time.Millisecond
+	unanswered := false
 	for {
-		rev, err := op()
-		if !errors.Is(err, natsjs.ErrNoStreamResponse) || time.Now().After(deadline) {
+		actx, cancel := context.WithTimeout(ctx, k.s.cfg.PublishTimeout)
+		rev, err := op(actx)
+		timedOut := err != nil && actx.Err() != nil && ctx.Err() == nil
+		if err != nil && unanswered && applied != nil && refused(err) {
+			if r, ok := applied(actx); ok {
+				cancel()
+				return r, nil
+			}
+		}
+		cancel()
+		_, bounded := ctx.Deadline()
+		if !timedOut && !errors.Is(err, natsjs.ErrNoStreamResponse) || time.Now().After(deadline) ||
+			timedOut && !bounded && !k.s.nc.IsConnected() {
 			return rev, err
 		}
-		if s.sleep(ctx, backoff) != nil {
+		unanswered = unanswered || timedOut
+		if k.s.sleep(ctx, backoff) != nil {
 			return rev, err
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// refused reports whether a conditional write was refused for the key's state.
+func refused(err error) bool {
+	return isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists)
 }
