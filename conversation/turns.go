@@ -404,9 +404,11 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 
 // movedAway returns the turn.Config.OnLost of s's turn: a socket whose turn lost its log's
 // lease to another gateway (this one was cut from NATS, and the run was taken over or reaped
-// there) is closed 1012 "run moved" once its queued frames are written, so that its client
-// reconnects, through any gateway, and resumes from the last offset it received. nil over
-// HTTP, whose streams get the bare RUN_ERROR log_unavailable.
+// there), or whose log stopped storing mid-turn (its end is then written by a takeover or a
+// reaper once the lease is released or expires), is closed 1012 "run moved" once its queued
+// frames are written, so that its client reconnects, through any gateway, and resumes from
+// the last offset it received. nil over HTTP, whose streams get the bare RUN_ERROR
+// log_unavailable.
 func movedAway(s *slot) func() {
 	if s.owner == nil {
 		return nil

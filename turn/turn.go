@@ -19,7 +19,8 @@
 // Every log a Turn is handed ends closed, with a terminal event before the close, unless the
 // log itself failed (an append error or a lost lease): then the turn ends at once and, when
 // its terminal could not be stored, the sink receives a bare RUN_ERROR (code
-// log_unavailable).
+// log_unavailable), or, once its marker was stored and Config.OnLost is set, OnLost is
+// called instead: the log's end is then written elsewhere (a takeover or a reaper).
 //
 // Limits (Config.Limits; defaults where it leaves a field zero) bound
 // what one run may store, since neither the agent nor the client is trusted with the log's
@@ -196,9 +197,12 @@ type Config struct {
 	// log is closed, just before Done is closed.
 	OnEnd func(metrics.Outcome)
 	// OnLost, if set, is called once from the driver goroutine, instead of delivering the
-	// bare RUN_ERROR log_unavailable, when the turn ended because its log's lease was lost
-	// (Log.Lost: another gateway took the run over, or reaped it): the run's log goes on, or
-	// ends, elsewhere, and the sink's client should read it from there.
+	// bare RUN_ERROR log_unavailable, when the turn's terminal could not be stored after its
+	// marker was: its log's lease was lost (Log.Lost: another gateway took the run over, or
+	// reaped it), or an append failed (this gateway cannot reach the log's stream, and the
+	// run will be taken over or reaped once its lease is released or expires). Either way
+	// the run's log goes on, or ends, elsewhere, and the sink's client should read it from
+	// there, from the last offset it was sent.
 	OnLost func()
 	// Accepted is when the gateway accepted the run frame, where the agent histograms'
 	// time to first token and turn duration count from. Zero: when Start was called.
@@ -246,6 +250,8 @@ type Turn struct {
 	// agentCtx is the agent's context, set before the agent starts: it ends an emit waiting
 	// for room in the log.
 	agentCtx context.Context
+	// begun is set by the driver once the marker is stored (the driver's alone).
+	begun bool
 
 	sinkMu sync.Mutex
 	sink   Sink
@@ -565,14 +571,9 @@ func (t *Turn) drive() {
 	}
 	if !terminalStored {
 		outcome = metrics.OutcomeLogFailed
-		select {
-		case <-t.cfg.Log.Lost():
-			if t.cfg.OnLost != nil {
-				t.cfg.OnLost()
-				break
-			}
-			t.deliver("", protocol.AppendRunError(nil, MsgLogUnavailable, CodeLogUnavailable), time.Now())
-		default:
+		if t.begun && t.cfg.OnLost != nil {
+			t.cfg.OnLost()
+		} else {
 			t.deliver("", protocol.AppendRunError(nil, MsgLogUnavailable, CodeLogUnavailable), time.Now())
 		}
 	}
@@ -614,6 +615,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 			t.log.WarnContext(t.cfg.Context, "appending run.accepted", slog.String(keyErr, err.Error()))
 			return metrics.OutcomeLogFailed, "", ""
 		}
+		t.begun = true
 		// A stop requested before the marker was stored wins over starting the agent.
 		select {
 		case r := <-t.stopCh:

@@ -436,11 +436,16 @@ func TestLogFailure(t *testing.T) {
 		close(called)
 		return nil
 	})
-	tr, err := turn.Start(turn.Config{Input: input(t, "broken"), Agent: agent, Log: l, Sink: sk})
+	// OnLost is for a run the client can resume; one whose marker was never stored is not.
+	onLost := false
+	tr, err := turn.Start(turn.Config{Input: input(t, "broken"), Agent: agent, Log: l, Sink: sk, OnLost: func() { onLost = true }})
 	if err != nil {
 		t.Fatalf("Start() = %v", err)
 	}
 	tr.Wait(context.Background())
+	if onLost {
+		t.Error("OnLost was called for a run whose marker was never stored")
+	}
 	if got := tr.Outcome(); got != metrics.OutcomeLogFailed {
 		t.Errorf("Outcome() = %s, want %s", got, metrics.OutcomeLogFailed)
 	}
@@ -489,42 +494,65 @@ func (l *failingAfter) Append(_ []byte, stored func(string, error)) {
 func (l *failingAfter) Close(context.Context) error { return nil }
 func (l *failingAfter) Lost() <-chan struct{}       { return nil }
 
+// TestLogFailureMidTurn: a log that fails after its marker was stored ends the turn; the
+// client is told so with a bare RUN_ERROR log_unavailable, or, where the caller set OnLost (a
+// conversation socket, closed to be resumed elsewhere: the run's end is written by a takeover
+// or a reaper), OnLost is called once instead and nothing more is sent.
 func TestLogFailureMidTurn(t *testing.T) {
-	// The stored callbacks must come in order: serialise them through one goroutine.
-	l := &orderedLog{inner: &failingAfter{n: 3}}
-	sk := newSink()
-	agent := agentFunc(func(ctx context.Context, emit func([]byte) error) error {
-		if err := emitAll(emit, started, msgStart); err != nil {
-			return err
-		}
-		// Keep emitting until the turn stops the agent.
-		for ctx.Err() == nil {
-			if err := emit([]byte(content)); err != nil {
-				return err
+	for _, withOnLost := range []bool{false, true} {
+		t.Run(fmt.Sprintf("OnLost set %v", withOnLost), func(t *testing.T) {
+			// The stored callbacks must come in order: serialise them through one goroutine.
+			l := &orderedLog{inner: &failingAfter{n: 3}}
+			sk := newSink()
+			agent := agentFunc(func(ctx context.Context, emit func([]byte) error) error {
+				if err := emitAll(emit, started, msgStart); err != nil {
+					return err
+				}
+				// Keep emitting until the turn stops the agent.
+				for ctx.Err() == nil {
+					if err := emit([]byte(content)); err != nil {
+						return err
+					}
+					time.Sleep(time.Millisecond)
+				}
+				return ctx.Err()
+			})
+			lost := 0
+			cfg := turn.Config{Input: input(t, "mid"), Agent: agent, Log: l, Sink: sk}
+			if withOnLost {
+				cfg.OnLost = func() { lost++ }
 			}
-			time.Sleep(time.Millisecond)
-		}
-		return ctx.Err()
-	})
-	tr, err := turn.Start(turn.Config{Input: input(t, "mid"), Agent: agent, Log: l, Sink: sk})
-	if err != nil {
-		t.Fatalf("Start() = %v", err)
-	}
-	tr.Wait(context.Background())
-	if got := tr.Outcome(); got != metrics.OutcomeLogFailed {
-		t.Errorf("Outcome() = %s, want %s", got, metrics.OutcomeLogFailed)
-	}
-	frames := sk.snapshot()
-	if len(frames) != 4 {
-		t.Fatalf("delivered %d frames, want the 3 stored envelopes and a bare RUN_ERROR: %v", len(frames), frames)
-	}
-	_, events := parseEnvelopes(t, frames[:3])
-	if got, want := typesOf(events), "CUSTOM:run.accepted RUN_STARTED TEXT_MESSAGE_START"; got != want {
-		t.Errorf("stored envelopes = %s, want %s", got, want)
-	}
-	var ev event
-	if err := json.Unmarshal([]byte(frames[3]), &ev); err != nil || ev.Type != "RUN_ERROR" || ev.Code != turn.CodeLogUnavailable {
-		t.Errorf("last frame %s, want a bare RUN_ERROR with code %s", frames[3], turn.CodeLogUnavailable)
+			tr, err := turn.Start(cfg)
+			if err != nil {
+				t.Fatalf("Start() = %v", err)
+			}
+			tr.Wait(context.Background())
+			if got := tr.Outcome(); got != metrics.OutcomeLogFailed {
+				t.Errorf("Outcome() = %s, want %s", got, metrics.OutcomeLogFailed)
+			}
+			frames := sk.snapshot()
+			want := 4
+			if withOnLost {
+				want = 3
+				if lost != 1 {
+					t.Errorf("OnLost called %d times, want once", lost)
+				}
+			}
+			if len(frames) != want {
+				t.Fatalf("delivered %d frames, want the 3 stored envelopes%s: %v", len(frames), map[bool]string{false: " and a bare RUN_ERROR"}[withOnLost], frames)
+			}
+			_, events := parseEnvelopes(t, frames[:3])
+			if got, want := typesOf(events), "CUSTOM:run.accepted RUN_STARTED TEXT_MESSAGE_START"; got != want {
+				t.Errorf("stored envelopes = %s, want %s", got, want)
+			}
+			if withOnLost {
+				return
+			}
+			var ev event
+			if err := json.Unmarshal([]byte(frames[3]), &ev); err != nil || ev.Type != "RUN_ERROR" || ev.Code != turn.CodeLogUnavailable {
+				t.Errorf("last frame %s, want a bare RUN_ERROR with code %s", frames[3], turn.CodeLogUnavailable)
+			}
+		})
 	}
 }
 
