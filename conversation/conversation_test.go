@@ -341,31 +341,67 @@ func TestResumeRefused(t *testing.T) {
 	}
 }
 
-// failingReads is a Store whose reads fail as a NATS outage makes them fail.
+// failingReads is a Store whose reads fail as a NATS outage or a stream's leader election
+// makes them fail: every read, or those before until (unix nanoseconds, when set).
 type failingReads struct {
 	conversation.Store
+	until atomic.Int64
 	reads atomic.Int32
 }
 
 func (f *failingReads) Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error) {
 	f.reads.Add(1)
-	return nil, errors.New("read: nats: timeout")
+	if u := f.until.Load(); u == 0 || time.Now().UnixNano() < u {
+		return nil, errors.New("read: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable")
+	}
+	return f.Store.Read(ctx, principal, runID, after)
 }
 
+// TestResumeFailed: a resume whose log cannot be opened for ReplayPatience closes 1011.
 func TestResumeFailed(t *testing.T) {
+	var fr failingReads
+	const patience = 700 * time.Millisecond
+	e := newEnv(t, envOptions{replayPatience: patience, wrap: func(s conversation.Store) conversation.Store {
+		fr.Store = s
+		return &fr
+	}})
+	start := time.Now()
+	got, end := e.resume(t, "any", "-1")
+	if len(got) != 0 || end.code != websocket.StatusInternalError || end.reason != "resume failed" {
+		t.Errorf("resume with a failing store = %d frames, close %v; want 1011 resume failed", len(got), end.err)
+	}
+	if took := time.Since(start); took < patience {
+		t.Errorf("the resume failed after %v, before the %v of patience", took, patience)
+	}
+	if n := fr.reads.Load(); n < 3 {
+		t.Errorf("the log was opened %d times, want retries", n)
+	}
+	e.waitMetric(t, "wsgateway_conversation_resumes_total", "failed", 1)
+}
+
+// TestResumeWaitsOutElection: a resume sent while the log's stream answers 503 for 3 s (a
+// leader election takes about that) gets the whole log once it answers again, by default.
+func TestResumeWaitsOutElection(t *testing.T) {
 	var fr failingReads
 	e := newEnv(t, envOptions{wrap: func(s conversation.Store) conversation.Store {
 		fr.Store = s
 		return &fr
 	}})
-	got, end := e.resume(t, "any", "-1")
-	if len(got) != 0 || end.code != websocket.StatusInternalError || end.reason != "resume failed" {
-		t.Errorf("resume with a failing store = %d frames, close %v; want 1011 resume failed", len(got), end.err)
+	fr.until.Store(1) // reads answer, until the resume
+	cl := dial(t, e.url(), "")
+	cl.send(runFrame("election", script{Tokens: 3}))
+	live := cl.untilN(t, len(strings.Fields(tokenTurn(3))))
+	fr.until.Store(time.Now().Add(3 * time.Second).UnixNano())
+	replay, end := e.resume(t, "election", "-1")
+	if end.code != websocket.StatusNormalClosure {
+		t.Errorf("resume closed %v, want 1000 once the stream answered again", end.err)
+	}
+	if got, want := strings.Join(raws(replay), "\n"), strings.Join(raws(live), "\n"); got != want {
+		t.Errorf("resume from -1:\n%s\nwant what was delivered live:\n%s", got, want)
 	}
 	if n := fr.reads.Load(); n < 2 {
-		t.Errorf("the log was opened %d times, want retries", n)
+		t.Errorf("the log was opened %d times, want it opened again after the failures", n)
 	}
-	e.waitMetric(t, "wsgateway_conversation_resumes_total", "failed", 1)
 }
 
 func TestResumeInboundIgnored(t *testing.T) {

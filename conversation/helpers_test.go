@@ -175,6 +175,8 @@ type envOptions struct {
 	tracer trace.TracerProvider
 	// leaseTTL of the store's leases (0: the store's default).
 	leaseTTL time.Duration
+	// replayPatience is Config.ReplayPatience (0: the default).
+	replayPatience time.Duration
 	// replay takes over the runs of dead gateways (Config.Replay); agent, if set, replaces
 	// testAgent.
 	replay bool
@@ -251,6 +253,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		TracerProvider:          o.tracer,
 		Heartbeat:               o.heartbeat,
 		QueueSize:               o.queueSize,
+		ReplayPatience:          o.replayPatience,
 		AbortOnDisconnect:       o.abortOnDisconnect,
 		MaxTurnsPerSocket:       o.maxTurns,
 		MaxSocketsPerPrincipal:  o.maxSockets,

@@ -88,14 +88,16 @@ func validOffset(s string) bool {
 	return true
 }
 
-// Attempts of a replay to open (or reopen) the log after a failure that is neither a bad
-// offset nor an unknown run: JetStream API calls time out under load, and a reader can be
-// reopened after the last offset sent without a gap or a duplicate; a "now" resume that
-// failed before sending anything reopens where it first opened, when the Reader tells it
-// (an After method).
+// A replay reopens the log after a failure that is neither a bad offset nor an unknown run
+// (JetStream API calls time out under load, a stream answers 503 during its leader's
+// election), after the last offset sent, so without a gap or a duplicate, for up to
+// Config.ReplayPatience from the first failure since it last sent an event, pausing from
+// replayBackoff, doubled each time, up to replayBackoffMax. A "now" resume that failed
+// before sending anything reopens where it first opened, when the Reader tells it (an
+// After method).
 const (
-	replayAttempts = 4
-	replayBackoff  = 100 * time.Millisecond
+	replayBackoff    = 100 * time.Millisecond
+	replayBackoffMax = time.Second
 )
 
 // replay sends the log's envelopes through the Server's one replay path, then closes the
@@ -144,7 +146,7 @@ func appendFrame(arena *[]byte, off string, ev []byte) []byte {
 // closed (ResumeCompleted). opened, if set, is called each time the log was opened, before
 // the events read from it. A send error ends the replay as ResumeInterrupted, as does ctx.
 // Failures to open or read the log are retried after the last offset sent
-// (replayAttempts), then end it as ResumeFailed; a bad offset is ResumeBadRequest, an
+// (Config.ReplayPatience), then end it as ResumeFailed; a bad offset is ResumeBadRequest, an
 // unknown run (or another principal's) ResumeUnknownRun.
 func (srv *Server) replay(ctx context.Context, principal, runID, offset string, log *slog.Logger,
 	opened func(), send func(ctx context.Context, offset string, event []byte) error) (res metrics.ResumeResult) {
@@ -155,13 +157,22 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 		defer func() { rt.end(res) }()
 		send = rt.counting(send)
 	}
-	for attempt := 0; attempt < replayAttempts; attempt++ {
+	var failing time.Time // the first failure since an event was sent
+	pause := replayBackoff
+	for attempt := 0; ; attempt++ {
 		if attempt > 0 {
+			if failing.IsZero() {
+				failing, pause = time.Now(), replayBackoff
+			}
+			if time.Since(failing) >= srv.cfg.ReplayPatience {
+				break
+			}
 			select {
-			case <-time.After(replayBackoff << (attempt - 1)):
+			case <-time.After(pause):
 			case <-ctx.Done():
 				return metrics.ResumeInterrupted
 			}
+			pause = min(2*pause, replayBackoffMax)
 		}
 		var r *jetstream.Reader
 		r, err = srv.cfg.Store.Read(ctx, principal, runID, after)
@@ -187,8 +198,12 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 			opened()
 		}
 		var done, sendFailed bool
+		sent := after
 		after, done, sendFailed, err = forward(ctx, r, after, send)
 		r.Close()
+		if after != sent {
+			failing = time.Time{}
+		}
 		switch {
 		case done:
 			return metrics.ResumeCompleted

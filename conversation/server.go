@@ -67,7 +67,10 @@ const (
 	DefaultEarlyAborts   = 64
 	DefaultEarlyAbortTTL = 30 * time.Second
 	DefaultResubmitWait  = 10 * time.Second
-	DefaultPrincipal     = "anonymous"
+	// DefaultReplayPatience outlasts a JetStream leader election (a few seconds), during
+	// which the stream of a log answers 503 "temporarily unavailable".
+	DefaultReplayPatience = 10 * time.Second
+	DefaultPrincipal      = "anonymous"
 	// DefaultMaxTurnsPerSocket: a chat client runs one turn at a time, and a few more while
 	// a regenerate or a tool round trip overlaps the previous turn.
 	DefaultMaxTurnsPerSocket = 16
@@ -157,6 +160,10 @@ type Config struct {
 	// ResubmitWait bounds the wait for an aborted turn to end before its runId starts again
 	// (default 10s).
 	ResubmitWait time.Duration
+	// ReplayPatience is how long a resume, join or HTTP replay keeps reopening a log that
+	// fails to open or to read (a leader election, NATS away), from the first failure since
+	// it last sent an event, before it fails (1011 "resume failed"; default 10s).
+	ReplayPatience time.Duration
 	// MaxTurnsPerSocket caps the turns running at once on one conversation socket (default
 	// DefaultMaxTurnsPerSocket): a run frame for a new runId beyond it is answered with a
 	// bare RUN_ERROR (code limit_exceeded) and creates no log; a resubmit of a running runId
@@ -285,7 +292,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("%w: Store and Agent are required", ErrConfig)
 	}
 	if cfg.QueueSize < 0 || cfg.QueueBytes < 0 || cfg.ReadLimit < 0 || cfg.WriteTimeout < 0 || cfg.EarlyAborts < 0 ||
-		cfg.EarlyAbortTTL < 0 || cfg.ResubmitWait < 0 || cfg.TurnCloseTimeout < 0 || cfg.MaxTurnsPerSocket < 0 ||
+		cfg.EarlyAbortTTL < 0 || cfg.ResubmitWait < 0 || cfg.ReplayPatience < 0 || cfg.TurnCloseTimeout < 0 || cfg.MaxTurnsPerSocket < 0 ||
 		cfg.MaxSocketsPerPrincipal < 0 || cfg.RunFrameRate < 0 || cfg.RunFrameBurst < 0 || cfg.MaxFollowsPerSocket < 0 ||
 		cfg.MaxTurnsPerPrincipal < 0 || cfg.TurnStartRate < 0 || cfg.TurnStartBurst < 0 || cfg.MaxHydratesPerPrincipal < 0 ||
 		cfg.AgentHistoryBytes < 0 {
@@ -321,6 +328,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.ResubmitWait == 0 {
 		cfg.ResubmitWait = DefaultResubmitWait
+	}
+	if cfg.ReplayPatience == 0 {
+		cfg.ReplayPatience = DefaultReplayPatience
 	}
 	if cfg.MaxTurnsPerSocket == 0 {
 		cfg.MaxTurnsPerSocket = DefaultMaxTurnsPerSocket
