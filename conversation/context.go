@@ -66,7 +66,8 @@ const maxEarlierRuns = 4
 // streaming is left out (its reply is not settled). The newest maxEarlierRuns such runs are
 // read, none while the memory budget admits no new work; a log that cannot be read is logged
 // and left out. A run of this gateway that just ended is not read: its thread log's events
-// are at hand (Server.settled).
+// are at hand (Server.settled). The transcript returned is only the agent's context: the
+// earlier runs are applied with FinishContext, which leaves their messages' metadata unmerged.
 func (srv *Server) withEarlierRuns(ctx context.Context, t *jetstream.Thread, in *protocol.RunAgentInput, log *slog.Logger) thread.Transcript {
 	tr := t.Transcript
 	var earlier []string
@@ -89,7 +90,7 @@ func (srv *Server) withEarlierRuns(ctx context.Context, t *jetstream.Thread, in 
 			if !cloned {
 				tr, cloned = tr.Clone(), true
 			}
-			if err := tr.Finish(runID, v.([]json.RawMessage)); err != nil {
+			if err := tr.FinishContext(runID, v.([]json.RawMessage)); err != nil {
 				log.WarnContext(ctx, "agent history: applying an earlier run of the thread", slog.String("earlierRunId", runID), slog.String(keyErr, err.Error()))
 			}
 			continue
@@ -112,7 +113,7 @@ func (srv *Server) withEarlierRuns(ctx context.Context, t *jetstream.Thread, in 
 			if !cloned {
 				tr, cloned = tr.Clone(), true
 			}
-			if err := tr.Finish(runID, jetstream.Events(entries)); err != nil {
+			if err := tr.FinishContext(runID, jetstream.Events(entries)); err != nil {
 				log.WarnContext(ctx, "agent history: applying an earlier run of the thread", slog.String("earlierRunId", runID), slog.String(keyErr, err.Error()))
 			}
 		}

@@ -177,6 +177,7 @@ type builder struct {
 	last              string            // the type of the last event
 	ev                event             // the event being applied (its memory is reused)
 	interrupts        []json.RawMessage // the last RUN_FINISHED's interrupt outcome
+	noMetadata        bool              // events' metadata is not merged (FinishContext)
 }
 
 func newBuilder(runID string, settled []Message) *builder {
@@ -387,7 +388,7 @@ func (b *builder) emitTextUpdate(id string) {
 // (metadata.tanstack deep-merged, without its content and args), and takes
 // createdAt from metadata.tanstack.createdAt.
 func (b *builder) mergeMessageMetadata(id string, incoming json.RawMessage) {
-	if !isObject(incoming) {
+	if b.noMetadata || !isObject(incoming) {
 		return
 	}
 	m := b.find(id)

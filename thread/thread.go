@@ -651,8 +651,25 @@ func (t *Transcript) index(id string) int {
 // that the run built itself (a client that posted the reply with the id this gateway gave it
 // before its finish landed) is kept once, as built.
 func (t *Transcript) Finish(runID string, events []json.RawMessage) error {
+	return t.finish(runID, events, false)
+}
+
+// FinishContext is Finish for a transcript that only gives a later run's agent its context
+// (Context, then AgentMessages), which reads no message's metadata nor createdAt: the run's
+// events' metadata is not merged into its messages (their Metadata, and a createdAt from
+// metadata.tanstack, are left as they were). That merge decodes and encodes the message's
+// metadata at each event, most of the cost of a reply streamed as many deltas that carry
+// metadata, and a run's start pays it for each earlier run it applies (THREADS.md section 5).
+// Everything else, the messages' ids, roles and parts, the anchors and interrupts, is as
+// Finish leaves it. A transcript so finished must not be stored.
+func (t *Transcript) FinishContext(runID string, events []json.RawMessage) error {
+	return t.finish(runID, events, true)
+}
+
+func (t *Transcript) finish(runID string, events []json.RawMessage, noMetadata bool) error {
 	head, tail := t.split(runID)
 	b := newBuilder(runID, head)
+	b.noMetadata = noMetadata
 	for _, e := range events {
 		if err := b.apply(e); err != nil {
 			return fmt.Errorf("thread: finish %s: %w", runID, err)
