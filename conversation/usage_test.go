@@ -11,6 +11,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/internal/testenv"
+	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/usage"
 )
 
@@ -56,20 +57,32 @@ func TestBudgetEveryDoor(t *testing.T) {
 	if got := e.metric(t, "wsgateway_conversation_limit_refusals_total", "token_budget"); got != 4 {
 		t.Errorf("refusals{limit=token_budget} = %v, want 4", got)
 	}
-	// The thread records how each refused run ended.
-	th, err := e.store.Thread(context.Background(), "p1", "T")
-	if err != nil {
-		t.Fatal(err)
-	}
-	codes := map[string]string{}
-	for _, r := range th.Runs {
-		codes[r.RunID] = r.Code
-	}
-	for _, id := range []string{"by-socket", "by-sse", "by-agui", started.RunID} {
-		if codes[id] != conversation.CodeBudgetExceeded {
-			t.Errorf("thread T's run %s: code %q, want budget_exceeded (runs %+v)", id, codes[id], th.Runs)
+	// The thread records how each refused run ended, once each run's finish lands (after
+	// its log's close, which the clients above saw).
+	var runs []jetstream.ThreadRun
+	recorded := func() bool {
+		th, err := e.store.Thread(context.Background(), "p1", "T")
+		if err != nil {
+			t.Fatal(err)
 		}
+		runs = th.Runs
+		codes := map[string]string{}
+		for _, r := range th.Runs {
+			codes[r.RunID] = r.Code
+		}
+		for _, id := range []string{"by-socket", "by-sse", "by-agui", started.RunID} {
+			if codes[id] != conversation.CodeBudgetExceeded {
+				return false
+			}
+		}
+		return true
 	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("thread T's runs: %+v", runs)
+		}
+	})
+	testenv.WaitFor(t, 10*time.Second, "thread T's refused runs all recorded budget_exceeded", recorded)
 	// Another principal has a budget of its own.
 	other := dial(t, e.url(), "p2")
 	other.send(threadFrame("T", "p2-run", script{Tokens: 1}, "u1", "hello"))
