@@ -531,15 +531,15 @@ func TestLogFailureMidTurn(t *testing.T) {
 				t.Errorf("Outcome() = %s, want %s", got, metrics.OutcomeLogFailed)
 			}
 			frames := sk.snapshot()
-			want := 4
+			want, what := 4, "the 3 stored envelopes and a bare RUN_ERROR"
 			if withOnLost {
-				want = 3
+				want, what = 3, "the 3 stored envelopes"
 				if lost != 1 {
 					t.Errorf("OnLost called %d times, want once", lost)
 				}
 			}
 			if len(frames) != want {
-				t.Fatalf("delivered %d frames, want the 3 stored envelopes%s: %v", len(frames), map[bool]string{false: " and a bare RUN_ERROR"}[withOnLost], frames)
+				t.Fatalf("delivered %d frames, want %s: %v", len(frames), what, frames)
 			}
 			_, events := parseEnvelopes(t, frames[:3])
 			if got, want := typesOf(events), "CUSTOM:run.accepted RUN_STARTED TEXT_MESSAGE_START"; got != want {
