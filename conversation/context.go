@@ -45,7 +45,16 @@ func (srv *Server) agentInput(ctx context.Context, t *jetstream.Thread, in *prot
 		return in
 	}
 	tr := srv.withEarlierRuns(ctx, t, in, log)
-	msgs, w := thread.AgentInput(thread.AgentMessages(tr.Context(in.RunID)), in.Messages, srv.cfg.AgentHistoryBytes)
+	msgs := tr.Context(in.RunID)
+	if t.Sealed != nil {
+		// The older messages, from the thread's records: as many as the budget may take.
+		older, err := srv.cfg.Threads.SealedMessages(ctx, t, srv.cfg.AgentHistoryBytes)
+		if err != nil {
+			log.WarnContext(ctx, "agent history: reading the thread's older messages", slog.String(keyErr, err.Error()))
+		}
+		msgs = append(older, msgs...)
+	}
+	input, w := thread.AgentInput(thread.AgentMessages(msgs), in.Messages, srv.cfg.AgentHistoryBytes)
 	span.SetAttributes(tracing.KeyHistoryMessages.Int(w.Messages), tracing.KeyHistoryBytes.Int(w.Bytes),
 		tracing.KeyHistoryDropped.Int(w.Dropped))
 	if w.Dropped > 0 {
@@ -53,7 +62,7 @@ func (srv *Server) agentInput(ctx context.Context, t *jetstream.Thread, in *prot
 			slog.Int("messages", w.Messages), slog.Int("bytes", w.Bytes),
 			slog.Int("dropped", w.Dropped), slog.Int("droppedBytes", w.DroppedBytes))
 	}
-	return in.WithMessages(msgs)
+	return in.WithMessages(input)
 }
 
 // maxEarlierRuns bounds the earlier runs a run's start reads (withEarlierRuns): the newest.

@@ -36,6 +36,11 @@ type Threads interface {
 	DeleteThread(ctx context.Context, principal, threadID string) error
 	// Snapshot returns what a run's log holds now.
 	Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error)
+	// ThreadPage cuts a page of a thread's messages, its hot tail as hot, reading the
+	// records it reaches; SealedMessages returns the newest of the messages the thread's
+	// records hold, at least budget bytes of them (all for budget <= 0).
+	ThreadPage(ctx context.Context, t *jetstream.Thread, hot []thread.Message, limit int, before string) ([]thread.Message, string, error)
+	SealedMessages(ctx context.Context, t *jetstream.Thread, budget int) ([]thread.Message, error)
 }
 
 // threadTimeout bounds a thread update of a turn's start or end, and a hydrate's reads.
@@ -309,12 +314,16 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 				srv.log.Warn("hydrate: reading the active run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 			}
 		}
-		msgs := t.Transcript.Messages
 		ans.Interrupts = t.Transcript.Interrupts
 		before := r.URL.Query().Get("before")
-		if limit := pageLimit(r); limit > 0 {
-			window, cursor := thread.Page(msgs, limit, before)
-			msgs = window
+		limit := pageLimit(r)
+		msgs, cursor, err := srv.cfg.Threads.ThreadPage(ctx, t, t.Transcript.Messages, limit, before)
+		if err != nil {
+			// The client shows a failed hydrate as an empty chat: answer what is at hand.
+			srv.log.Warn("hydrate: reading a thread's older messages", slog.String(keyErr, err.Error()))
+			msgs, cursor = thread.Page(t.Transcript.Messages, limit, before)
+		}
+		if limit > 0 {
 			ans.Page = &pageInfo{Truncated: cursor != "", Cursor: cursor}
 			if before != "" { // activeRun and interrupts matter on the first page only
 				ans.ActiveRun, ans.Interrupts = nil, nil

@@ -306,6 +306,11 @@ type Store struct {
 	holds   map[string]*threadHold
 	// kept is what the store keeps of the thread values it wrote (threadkeep.go).
 	kept threadKeep
+	// records keeps the threads' sealed records it read or wrote (threadlog.go).
+	records recordCache
+	// threadStream is the stream of the threads bucket: heads are written with headers
+	// and listed by them (threadhead.go).
+	threadStream natsjs.Stream
 
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
@@ -486,6 +491,9 @@ func (s *Store) ensure(ctx context.Context) error {
 			return fmt.Errorf("bucket %s: %w", b.name, err)
 		}
 		*b.kv = electedKV{*b.kv, s}
+	}
+	if s.threadStream, err = s.js.Stream(ctx, "KV_"+s.cfg.ThreadBucket); err != nil {
+		return fmt.Errorf("bucket %s: %w", s.cfg.ThreadBucket, err)
 	}
 	return nil
 }

@@ -56,10 +56,17 @@ func TestThreadLargerThanAMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, _ := json.Marshal(th); len(b) < 2*maxPayload {
-		t.Fatalf("the thread is %d bytes, want it past two NATS messages", len(b))
+	all, _, err := stores[0].ThreadPage(ctx, th, th.Transcript.Messages, 0, "")
+	if err != nil {
+		t.Fatal(err)
 	}
-	got := texts(th)
+	if b, _ := json.Marshal(all); len(b) < 2*maxPayload {
+		t.Fatalf("the thread's messages are %d bytes, want them past two NATS messages", len(b))
+	}
+	if th.Sealed == nil {
+		t.Fatal("no message of the thread is sealed")
+	}
+	got := texts(t, stores[0], th)
 	if len(th.Runs) != 2*perStore || len(got) != 4*perStore || th.Dropped != 0 {
 		t.Fatalf("thread holds %d runs and %d messages (%d dropped), want %d and %d", len(th.Runs), len(got), th.Dropped, 2*perStore, 4*perStore)
 	}

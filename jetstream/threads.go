@@ -40,14 +40,17 @@ type ThreadRun struct {
 	Ended   time.Time `json:"ended,omitzero"`
 }
 
-// Thread is what the store keeps of (principal, threadId): its runs, its title and its
-// transcript, as one KV value.
+// Thread is what the store keeps of (principal, threadId) under its key: its head (runs,
+// title, times) and its transcript's hot tail; Sealed names the older messages, in records
+// of their own (threadlog.go).
 type Thread struct {
 	ThreadHead
 	// Dropped counts the oldest messages that a value written before threads were split
 	// across parts left out of Transcript to fit in one NATS message; none are left out now.
-	Dropped    int               `json:"dropped,omitempty"`
+	Dropped int `json:"dropped,omitempty"`
+	// Transcript is the transcript but for its sealed messages: all of it while Sealed is nil.
 	Transcript thread.Transcript `json:"transcript"`
+	Sealed     *Sealed           `json:"sealed,omitempty"`
 }
 
 // ThreadHead is a Thread without its transcript, which Threads reads alone.
@@ -190,6 +193,9 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 			return err
 		}
 		t.Principal, t.ThreadID = principal, threadID
+		if err := s.seal(ctx, key, t); err != nil {
+			return err
+		}
 		w, err := s.writeThread(ctx, key, t, r)
 		if err == nil {
 			h.val = w
@@ -262,12 +268,7 @@ func (s *Store) writeThread(ctx context.Context, key string, t *Thread, prev *th
 			return nil, err
 		}
 	}
-	var rev uint64
-	if prev.rev == 0 {
-		rev, err = s.threads.Create(ctx, key, b)
-	} else {
-		rev, err = s.threads.Update(ctx, key, b, prev.rev)
-	}
+	rev, err := s.putHead(ctx, key, b, t, prev.rev)
 	if err != nil {
 		s.purgeParts(key, parts)
 		return nil, err
@@ -349,20 +350,12 @@ func (s *Store) readThread(ctx context.Context, key string, take bool) (*threadR
 		if v.Parts == nil {
 			return r, nil
 		}
-		var b []byte
-		for i := range v.Parts.N {
-			pe, err := s.threads.Get(ctx, v.Parts.key(key, i))
-			if errors.Is(err, natsjs.ErrKeyNotFound) && attempt < threadAttempts {
-				b = nil
-				break // replaced meanwhile
-			}
-			if err != nil {
-				return nil, fmt.Errorf("thread: %w", err)
-			}
-			b = append(b, pe.Value()...)
+		b, err := s.readParts(ctx, key, v.Parts)
+		if err != nil {
+			return nil, err
 		}
-		if b == nil {
-			continue
+		if b == nil && attempt < threadAttempts {
+			continue // replaced meanwhile
 		}
 		var t Thread
 		if err := json.Unmarshal(b, &t); err != nil {
@@ -371,6 +364,23 @@ func (s *Store) readThread(ctx context.Context, key string, take bool) (*threadR
 		r.t = &t
 		return r, nil
 	}
+}
+
+// readParts returns the concatenated values of the thread key's parts p; nil if one of them
+// is gone (purged by a newer write, or expired).
+func (s *Store) readParts(ctx context.Context, key string, p *threadParts) ([]byte, error) {
+	var b []byte
+	for i := range p.N {
+		pe, err := s.threads.Get(ctx, p.key(key, i))
+		if errors.Is(err, natsjs.ErrKeyNotFound) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("thread: %w", err)
+		}
+		b = append(b, pe.Value()...)
+	}
+	return b, nil
 }
 
 // ThreadAhead is a thread read ahead of its update (ReadThreadAhead).
@@ -400,14 +410,20 @@ func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string)
 // THREADS.md section 5).
 func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead) (*Thread, error) {
 	var written *Thread
+	key := threadKey(principal, threadID)
 	err := s.updateThread(ctx, principal, threadID, ahead, func(t *Thread, exists bool) (bool, error) {
 		defer func() { // the next update of the thread starts from t, and changes it
-			written = &Thread{ThreadHead: t.ThreadHead, Transcript: t.Transcript.Clone()}
+			written = &Thread{ThreadHead: t.ThreadHead, Transcript: t.Transcript.Clone(), Sealed: t.Sealed}
 			written.Runs = slices.Clone(t.Runs)
+			written.Principal, written.ThreadID = principal, threadID
 		}()
 		now := time.Now().UTC()
 		if !exists {
 			t.Created = now
+		}
+		input, err := s.knownInput(ctx, key, t, input)
+		if err != nil {
+			return false, err
 		}
 		if err := t.Transcript.Accept(runID, input); err != nil {
 			return false, err
@@ -550,37 +566,10 @@ type ThreadSummary struct {
 }
 
 // Threads returns the principal's threads, most recently updated first (ties by threadId).
+// It reads their heads' headers only (threadhead.go).
 func (s *Store) Threads(ctx context.Context, principal string) ([]ThreadSummary, error) {
-	w, err := s.threads.Watch(ctx, principalPrefix(principal)+".*", natsjs.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("threads: %w", err)
-	}
-	defer w.Stop()
-	var list []ThreadSummary
-	for {
-		var e natsjs.KeyValueEntry
-		select {
-		case e = <-w.Updates():
-		case <-ctx.Done():
-			return nil, fmt.Errorf("threads: %w", ctx.Err())
-		}
-		if e == nil {
-			break
-		}
-		var t ThreadHead
-		if json.Unmarshal(e.Value(), &t) != nil || t.Principal != principal {
-			continue
-		}
-		list = append(list, ThreadSummary{ThreadID: t.ThreadID, Title: t.Title, Created: t.Created, Updated: t.Updated,
-			ActiveRun: t.ActiveRun()})
-	}
-	slices.SortFunc(list, func(a, b ThreadSummary) int {
-		if c := b.Updated.Compare(a.Updated); c != 0 {
-			return c
-		}
-		return strings.Compare(a.ThreadID, b.ThreadID)
-	})
-	return list, nil
+	list, _, err := s.threadsRead(ctx, principal)
+	return list, err
 }
 
 // DeleteThread removes the principal's thread and its runs' logs and metadata; a run still
@@ -596,13 +585,26 @@ func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) er
 	if r.rev == 0 || t.Principal != principal || t.ThreadID != threadID {
 		return ErrUnknownThread
 	}
+	runs := t.Runs
+	if t.Sealed != nil {
+		// The runs the head let go of are in the records: read them before the purge.
+		if err := s.eachRecord(ctx, key, &t.Sealed.Last, func(_ RecordRef, rec *threadRecord) bool {
+			runs = append(runs, rec.Runs...)
+			return true
+		}); err != nil {
+			return fmt.Errorf("delete thread: %w", err)
+		}
+	}
 	s.kept.forget(key)
 	if err := s.threads.Purge(ctx, key); err != nil {
 		return fmt.Errorf("delete thread: %w", err)
 	}
-	s.purgeParts(key, r.parts)
+	// Its parts, records and index: every key below the thread's.
+	if err := s.threadStream.Purge(ctx, natsjs.WithPurgeSubject(s.headSubject(key)+".>")); err != nil {
+		return fmt.Errorf("delete thread: %w", err)
+	}
 	var errs []error
-	for _, r := range t.Runs {
+	for _, r := range runs {
 		if r.State == ThreadRunRunning {
 			errs = append(errs, s.RequestAbort(principal, r.RunID, ""))
 		}

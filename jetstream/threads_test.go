@@ -31,9 +31,14 @@ func turnEvents(threadID, runID, text string) []json.RawMessage {
 }
 
 // texts returns the thread's messages as "role:text" strings.
-func texts(t *Thread) map[string]string {
+func texts(tb testing.TB, s *Store, t *Thread) map[string]string {
+	tb.Helper()
+	msgs, _, err := s.ThreadPage(context.Background(), t, t.Transcript.Messages, 0, "")
+	if err != nil {
+		tb.Fatal(err)
+	}
 	m := map[string]string{}
-	for _, msg := range t.Transcript.Messages {
+	for _, msg := range msgs {
 		for _, p := range msg.Parts {
 			if p.Type == "text" {
 				m[msg.ID] = msg.Role + ":" + p.Content
@@ -94,7 +99,7 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := texts(th)
+	got := texts(t, stores[1], th)
 	if len(th.Runs) != 2*perStore || len(got) != 4*perStore {
 		t.Fatalf("thread holds %d runs and %d messages, want %d and %d", len(th.Runs), len(got), 2*perStore, 4*perStore)
 	}
@@ -210,7 +215,7 @@ func TestThreadReaped(t *testing.T) {
 			if r.State != ThreadRunError || r.Code != "producer_lost" {
 				t.Fatalf("reaped run = %+v, want error producer_lost", r)
 			}
-			if got := texts(th); got["a-r1"] != "assistant:re: hi" {
+			if got := texts(t, b, th); got["a-r1"] != "assistant:re: hi" {
 				t.Fatalf("reaped thread's messages = %v, want the partial reply", got)
 			}
 			return
@@ -279,7 +284,7 @@ func TestThreadKeptValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got := texts(th)
+	got := texts(t, b, th)
 	if len(th.Runs) != 3 || len(got) != 6 {
 		t.Fatalf("thread holds %d runs and %d messages (%v), want 3 and 6: an update started from a stale value", len(th.Runs), len(got), got)
 	}

@@ -1,0 +1,159 @@
+package jetstream
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	nats "github.com/nats-io/nats.go"
+	natsjs "github.com/nats-io/nats.go/jetstream"
+)
+
+// A thread's value carries what a list of threads shows of it in a header (hdrThreadHead):
+// a list reads the headers of the principal's values only, never a transcript.
+
+// hdrThreadHead is the header of a thread's value that holds its headSummary.
+const hdrThreadHead = "Wsg-Thread-Head"
+
+// headSummary is what a thread list shows of a thread.
+type headSummary struct {
+	Principal string    `json:"principal"`
+	ThreadID  string    `json:"threadId"`
+	Title     string    `json:"title"`
+	Created   time.Time `json:"created"`
+	Updated   time.Time `json:"updated"`
+	ActiveRun string    `json:"activeRun,omitempty"`
+}
+
+// headSubject returns the subject of the thread bucket's key.
+func (s *Store) headSubject(key string) string { return "$KV." + s.cfg.ThreadBucket + "." + key }
+
+// putHead writes value under the thread key, with t's summary in its header, conditionally
+// on revision rev (0: the key holds no value, or a delete marker), as the bucket's Update and
+// Create do, and with their retries (electedKV).
+func (s *Store) putHead(ctx context.Context, key string, value []byte, t *Thread, rev uint64) (uint64, error) {
+	sum, err := json.Marshal(headSummary{Principal: t.Principal, ThreadID: t.ThreadID, Title: t.Title,
+		Created: t.Created, Updated: t.Updated, ActiveRun: t.ActiveRun()})
+	if err != nil {
+		return 0, err
+	}
+	subject := s.headSubject(key)
+	publish := func(ctx context.Context, rev uint64) (uint64, error) {
+		m := nats.NewMsg(subject)
+		m.Data = value
+		m.Header.Set(hdrThreadHead, string(sum))
+		ack, err := s.js.PublishMsg(ctx, m, natsjs.WithExpectLastSequencePerSubject(rev))
+		if err != nil {
+			return 0, err
+		}
+		return ack.Sequence, nil
+	}
+	kv := electedKV{s.threads, s}
+	if k, ok := s.threads.(electedKV); ok {
+		kv = k
+	}
+	return kv.retry(ctx, func(ctx context.Context) (uint64, error) {
+		seq, err := publish(ctx, rev)
+		if err == nil || rev != 0 || !isWrongLastSeq(err) {
+			return seq, err
+		}
+		// Created over a delete or purge marker: write after the marker.
+		last, gerr := s.threadStream.GetLastMsgForSubject(ctx, subject)
+		if gerr != nil {
+			return 0, err
+		}
+		if op := last.Header.Get("KV-Operation"); op != "DEL" && op != "PURGE" {
+			return 0, natsjs.ErrKeyExists
+		}
+		return publish(ctx, last.Sequence)
+	}, kv.holds(key, value))
+}
+
+// threadsRead lists the principal's threads from their values' headers, and returns the
+// bytes it read. A value written before heads had headers is read whole (and gets its
+// header at its next update).
+func (s *Store) threadsRead(ctx context.Context, principal string) ([]ThreadSummary, int, error) {
+	prefix := "$KV." + s.cfg.ThreadBucket + "." + principalPrefix(principal) + "."
+	c, err := s.threadStream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
+		FilterSubjects: []string{prefix + "*"},
+		DeliverPolicy:  natsjs.DeliverLastPerSubjectPolicy,
+		HeadersOnly:    true,
+	})
+	if err != nil {
+		return nil, 0, fmt.Errorf("threads: %w", err)
+	}
+	var list []ThreadSummary
+	read := 0
+	pending := c.CachedInfo().NumPending
+	for pending > 0 {
+		batch, err := c.Fetch(int(min(pending, 256)), natsjs.FetchMaxWait(threadListWait))
+		if err != nil {
+			return nil, 0, fmt.Errorf("threads: %w", err)
+		}
+		n := 0
+		for m := range batch.Messages() {
+			n++
+			md, err := m.Metadata()
+			if err != nil {
+				return nil, 0, fmt.Errorf("threads: %w", err)
+			}
+			pending = md.NumPending
+			for k, v := range m.Headers() {
+				read += len(k) + 4
+				for _, x := range v {
+					read += len(x)
+				}
+			}
+			if op := m.Headers().Get("KV-Operation"); op == "DEL" || op == "PURGE" {
+				continue
+			}
+			var h headSummary
+			if v := m.Headers().Get(hdrThreadHead); v != "" {
+				if json.Unmarshal([]byte(v), &h) != nil {
+					continue
+				}
+			} else {
+				// A value of a gateway before headers: read it.
+				e, err := s.threads.Get(ctx, strings.TrimPrefix(m.Subject(), "$KV."+s.cfg.ThreadBucket+"."))
+				if errors.Is(err, natsjs.ErrKeyNotFound) {
+					continue
+				}
+				if err != nil {
+					return nil, 0, fmt.Errorf("threads: %w", err)
+				}
+				read += len(e.Value())
+				var t ThreadHead
+				if json.Unmarshal(e.Value(), &t) != nil {
+					continue
+				}
+				h = headSummary{Principal: t.Principal, ThreadID: t.ThreadID, Title: t.Title, Created: t.Created,
+					Updated: t.Updated, ActiveRun: t.ActiveRun()}
+			}
+			if h.Principal != principal {
+				continue
+			}
+			list = append(list, ThreadSummary{ThreadID: h.ThreadID, Title: h.Title, Created: h.Created,
+				Updated: h.Updated, ActiveRun: h.ActiveRun})
+		}
+		if err := batch.Error(); err != nil {
+			return nil, 0, fmt.Errorf("threads: %w", err)
+		}
+		if n == 0 {
+			return nil, 0, errors.New("threads: the bucket did not deliver the heads in time")
+		}
+	}
+	slices.SortFunc(list, func(a, b ThreadSummary) int {
+		if c := b.Updated.Compare(a.Updated); c != 0 {
+			return c
+		}
+		return strings.Compare(a.ThreadID, b.ThreadID)
+	})
+	return list, read, nil
+}
+
+// threadListWait bounds the wait for one batch of a thread list's heads.
+const threadListWait = 5 * time.Second

@@ -1,0 +1,302 @@
+package jetstream
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wsgateway/wsgateway/thread"
+)
+
+// longThread runs turns one after the other on the principal's thread T, each run posting
+// what post returns, and returns the ids of the thread's messages in order.
+func longThread(t *testing.T, s *Store, threadID string, from, turns int, post func(k int, ids []string) []string) []string {
+	t.Helper()
+	ctx := context.Background()
+	var ids []string
+	for k := from; k < from+turns; k++ {
+		runID := fmt.Sprintf("r%d", k)
+		ids = append(ids, "u"+runID)
+		posted := post(k, ids)
+		var msgs []string
+		for _, id := range posted {
+			role, text := "user", "question "+strings.TrimPrefix(id, "ur")
+			if strings.HasPrefix(id, "a-") {
+				role, text = "assistant", "re: question "+strings.TrimPrefix(id, "a-r")
+			}
+			msgs = append(msgs, fmt.Sprintf(`{"id":%q,"role":%q,"content":%q}`, id, role, text))
+		}
+		input := fmt.Appendf(nil, `{"threadId":%q,"runId":%q,"messages":[%s]}`, threadID, runID, strings.Join(msgs, ","))
+		if _, err := s.AcceptRun(ctx, "alice", threadID, runID, input, s.ReadThreadAhead(ctx, "alice", threadID)); err != nil {
+			t.Fatalf("turn %d: %v", k, err)
+		}
+		if err := s.FinishRun(ctx, "alice", threadID, runID, turnEvents(threadID, runID, fmt.Sprintf("question %d", k))); err != nil {
+			t.Fatalf("turn %d: %v", k, err)
+		}
+		ids = append(ids, "a-"+runID)
+	}
+	return ids
+}
+
+// pageAll pages the thread back, limit messages a page, and returns the ids in order.
+func pageAll(t *testing.T, s *Store, threadID string, limit int) []string {
+	t.Helper()
+	ctx := context.Background()
+	th, err := s.Thread(ctx, "alice", threadID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []string
+	for before, pages := "", 0; ; pages++ {
+		window, cursor, err := s.ThreadPage(ctx, th, th.Transcript.Messages, limit, before)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if limit > 0 && (len(window) == 0 || len(window) > limit || cursor != "" && len(window) != limit) {
+			t.Fatalf("page %d before %q: %d messages, cursor %q (limit %d)", pages, before, len(window), cursor, limit)
+		}
+		var page []string
+		for _, m := range window {
+			page = append(page, m.ID)
+		}
+		ids = append(page, ids...)
+		if cursor == "" {
+			return ids
+		}
+		before = cursor
+	}
+}
+
+// TestThreadLog: a long thread keeps a bounded value (the head and its newest messages),
+// every message in records, and pages back whole from the newest page, whatever the page's
+// size; its agent's context reads the newest records.
+func TestThreadLog(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	const turns = 100
+	want := longThread(t, s, "T", 0, turns, func(k int, ids []string) []string { return ids[len(ids)-1:] })
+	th, err := s.Thread(ctx, "alice", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if th.Sealed == nil || len(th.Transcript.Messages) > hotKeep+sealMin || th.Sealed.Count+len(th.Transcript.Messages) != 2*turns {
+		t.Fatalf("hot tail %d messages, sealed %+v: want at most %d hot, %d in all", len(th.Transcript.Messages), th.Sealed, hotKeep+sealMin, 2*turns)
+	}
+	if len(th.Runs) > keepRuns+sealMin {
+		t.Errorf("the head keeps %d runs, want at most %d", len(th.Runs), keepRuns+sealMin)
+	}
+	for _, limit := range []int{1, 7, 16, 50, 500} {
+		if got := pageAll(t, s, "T", limit); !slices.Equal(got, want) {
+			t.Fatalf("paged by %d: %d messages %v…, want %d %v…", limit, len(got), got[:min(6, len(got))], len(want), want[:6])
+		}
+	}
+	all := texts(t, s, th)
+	for k := range turns {
+		if u, a := all[fmt.Sprintf("ur%d", k)], all[fmt.Sprintf("a-r%d", k)]; u != fmt.Sprintf("user:question %d", k) || a != fmt.Sprintf("assistant:re: question %d", k) {
+			t.Fatalf("turn %d: %q, %q", k, u, a)
+		}
+	}
+
+	// A cursor issued while its message was in the hot tail, which a later turn sealed.
+	window, cursor, err := s.ThreadPage(ctx, th, th.Transcript.Messages, 10, "")
+	if err != nil || cursor != window[0].ID {
+		t.Fatalf("newest page: cursor %q, err %v", cursor, err)
+	}
+	longThread(t, s, "T", turns, 20, func(k int, ids []string) []string { return ids[len(ids)-1:] })
+	want = turnIDs(turns + 20)
+	th, err = s.Thread(ctx, "alice", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(th.Transcript.Messages, func(m thread.Message) bool { return m.ID == cursor }) {
+		t.Fatalf("the cursor's message %s is still hot", cursor)
+	}
+	older, _, err := s.ThreadPage(ctx, th, th.Transcript.Messages, 5, cursor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := slices.Index(want, cursor)
+	if got := ids(older); !slices.Equal(got, want[at-5:at]) {
+		t.Fatalf("page before the sealed %s: %v, want %v", cursor, got, want[at-5:at])
+	}
+
+	// The agent's context: the newest sealed messages, at least the budget's bytes.
+	msgs, err := s.SealedMessages(ctx, th, 2000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size := 0
+	for _, m := range msgs {
+		size += messageSize(m)
+	}
+	if size < 2000 || len(msgs) == th.Sealed.Count || msgs[len(msgs)-1].ID != want[th.Sealed.Count-1] {
+		t.Fatalf("SealedMessages(2000): %d messages, %d bytes, last %s", len(msgs), size, msgs[len(msgs)-1].ID)
+	}
+	if all, _ := s.SealedMessages(ctx, th, 0); len(all) != th.Sealed.Count {
+		t.Fatalf("SealedMessages(0): %d messages, want %d", len(all), th.Sealed.Count)
+	}
+}
+
+func ids(msgs []thread.Message) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.ID)
+	}
+	return out
+}
+
+// TestThreadLogPosted: whatever a run posts of a long thread (the whole transcript, a stale
+// copy of it that ends in the sealed messages, a regenerate from a sealed message), no
+// message is added twice; a regenerate cuts what followed, as it does in a short thread.
+func TestThreadLogPosted(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	// Each run posts the whole transcript, as a client without a page size does.
+	want := longThread(t, s, "T", 0, 60, func(k int, ids []string) []string { return ids })
+	if got := pageAll(t, s, "T", 0); !slices.Equal(got, want) {
+		t.Fatalf("whole transcript posted: %d messages, want %d", len(got), len(want))
+	}
+	// A second device that saw the thread 40 turns ago posts that and its new message.
+	stale := want[:2*20]
+	longThread(t, s, "T", 60, 1, func(k int, ids []string) []string { return append(slices.Clone(stale), ids[len(ids)-1]) })
+	want = turnIDs(61)
+	got := pageAll(t, s, "T", 0)
+	if len(got) != 2*61 || !slices.Equal(got, want) {
+		t.Fatalf("stale copy posted: %d messages, want %d", len(got), 2*61)
+	}
+	if dup := duplicates(got); dup != "" {
+		t.Fatalf("message %s twice", dup)
+	}
+	// A regenerate from a sealed user message: the list ends at ur10.
+	th, _ := s.Thread(ctx, "alice", "T")
+	if th.Sealed == nil || th.Sealed.Count < 22 {
+		t.Fatalf("sealed %+v, want ur10 sealed", th.Sealed)
+	}
+	input := fmt.Appendf(nil, `{"threadId":"T","runId":"regen","messages":[{"id":"ur9","role":"user","content":"question 9"},`+
+		`{"id":"a-r9","role":"assistant","content":"re: question 9"},{"id":"ur10","role":"user","content":"question 10"}]}`)
+	if _, err := s.AcceptRun(ctx, "alice", "T", "regen", input, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishRun(ctx, "alice", "T", "regen", turnEvents("T", "regen", "question 10")); err != nil {
+		t.Fatal(err)
+	}
+	got = pageAll(t, s, "T", 9)
+	if wantRegen := append(turnIDs(11)[:21], "a-regen"); !slices.Equal(got, wantRegen) {
+		t.Fatalf("after a regenerate from ur10: %v, want %v", got, wantRegen)
+	}
+}
+
+// turnIDs returns the ids of the messages of turns 0 to n-1 of longThread.
+func turnIDs(n int) []string {
+	var want []string
+	for k := range n {
+		want = append(want, fmt.Sprintf("ur%d", k), fmt.Sprintf("a-r%d", k))
+	}
+	return want
+}
+
+func duplicates(ids []string) string {
+	seen := map[string]bool{}
+	for _, id := range ids {
+		if seen[id] {
+			return id
+		}
+		seen[id] = true
+	}
+	return ""
+}
+
+// TestThreadUpgrade: threads written in the format before records (one value each, the
+// whole transcript in it, no header; a large one in parts) read, list, page and take new
+// turns as they did, every message kept.
+func TestThreadUpgrade(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	var msgs []string
+	var runs []string
+	for k := range 40 {
+		msgs = append(msgs, fmt.Sprintf(`{"id":"ur%d","role":"user","parts":[{"type":"text","content":"question %d"}]}`, k, k),
+			fmt.Sprintf(`{"id":"a-r%d","role":"assistant","parts":[{"type":"text","content":"re: question %d"}]}`, k, k))
+		runs = append(runs, fmt.Sprintf(`{"runId":"r%d","state":"finished","started":"2026-12-01T10:00:00Z","ended":"2026-12-01T10:00:01Z"}`, k))
+	}
+	// Exactly as the gateway before records wrote it (TestThreadValueFormat's fields).
+	old := `{"principal":"alice","threadId":"T","title":"question 0","created":"2026-12-01T10:00:00Z",` +
+		`"updated":"2026-12-01T10:00:01Z","runs":[` + strings.Join(runs, ",") + `],"transcript":{"messages":[` + strings.Join(msgs, ",") + `]}}`
+	if _, err := s.threads.Put(ctx, threadKey("alice", "T"), []byte(old)); err != nil {
+		t.Fatal(err)
+	}
+	list, err := s.Threads(ctx, "alice")
+	if err != nil || len(list) != 1 || list[0].ThreadID != "T" || list[0].Title != "question 0" {
+		t.Fatalf("Threads = %+v, %v", list, err)
+	}
+	want := turnIDs(40)
+	if got := pageAll(t, s, "T", 30); !slices.Equal(got, want) {
+		t.Fatalf("old value paged: %v", got)
+	}
+	longThread(t, s, "T", 40, 1, func(k int, ids []string) []string { return ids[len(ids)-1:] })
+	want = turnIDs(41)
+	th, err := s.Thread(ctx, "alice", "T")
+	if err != nil || th.Sealed == nil {
+		t.Fatalf("after a turn: sealed %v, %v; want the settled messages sealed", th, err)
+	}
+	if got := pageAll(t, s, "T", 30); !slices.Equal(got, want) {
+		t.Fatalf("after a turn: %v, want %v", got, want)
+	}
+	if _, read, err := s.threadsRead(ctx, "alice"); err != nil || read > 1024 {
+		t.Fatalf("the list read %d bytes (%v), want only the header", read, err)
+	}
+}
+
+// TestThreadListReadsHeads: listing a principal's long threads reads their heads' headers,
+// not their transcripts.
+func TestThreadListReadsHeads(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	const threads = 20
+	long := strings.Repeat("x", 20000)
+	for i := range threads {
+		id := fmt.Sprintf("T%d", i)
+		for k := range 3 {
+			runID := fmt.Sprintf("%s-r%d", id, k)
+			if _, err := s.AcceptRun(ctx, "alice", id, runID, turnInput(id, runID, "u-"+runID, long), nil); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.FinishRun(ctx, "alice", id, runID, turnEvents(id, runID, long)); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	list, read, err := s.threadsRead(ctx, "alice")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("listed %d threads of 120 KB each reading %d bytes", len(list), read)
+	if len(list) != threads || list[0].ThreadID != fmt.Sprintf("T%d", threads-1) || list[0].Title != long[:80] {
+		t.Fatalf("list: %d threads, first %+v", len(list), list[0])
+	}
+	if read > threads*512 {
+		t.Fatalf("the list read %d bytes for %d threads, want headers only", read, threads)
+	}
+	if other, err := s.Threads(ctx, "bob"); err != nil || len(other) != 0 {
+		t.Fatalf("bob's list: %v, %v", other, err)
+	}
+}
+
+// TestThreadRecordsRefreshed: a thread in use keeps its oldest messages past the bucket's
+// TTL: its records are written again before they expire.
+func TestThreadRecordsRefreshed(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.ThreadRetention = 4 * time.Second
+	s := openStore(t, cfg)
+	turns := 0
+	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); turns += 10 {
+		longThread(t, s, "T", turns, 10, func(k int, ids []string) []string { return ids[len(ids)-1:] })
+		time.Sleep(500 * time.Millisecond)
+	}
+	if got := pageAll(t, s, "T", 100); !slices.Equal(got, turnIDs(turns)) {
+		t.Fatalf("after 7 s of turns with a 4 s retention: %d messages from %v, want %d", len(got), got[:min(4, len(got))], 2*turns)
+	}
+}
