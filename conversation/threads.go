@@ -308,7 +308,7 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 					t = &jetstream.Thread{}
 				}
 			case err == nil:
-				t.Transcript.Messages = t.Transcript.Active(runID, jetstream.Events(entries))
+				t.Transcript.Messages = t.Active(runID, jetstream.Events(entries))
 				ans.ActiveRun = &runRef{runID}
 			case !errors.Is(err, jetstream.ErrUnknownRun):
 				srv.log.Warn("hydrate: reading the active run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))

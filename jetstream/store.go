@@ -311,6 +311,9 @@ type Store struct {
 	// threadStream is the stream of the threads bucket: heads are written with headers
 	// and listed by them (threadhead.go).
 	threadStream natsjs.Stream
+	// threadBytes counts the bytes of the thread writes this store made: values, records,
+	// segments and index entries (ThreadBytesWritten).
+	threadBytes atomic.Int64
 
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}

@@ -42,6 +42,7 @@ func (s *Store) putHead(ctx context.Context, key string, value []byte, t *Thread
 		return 0, err
 	}
 	subject := s.headSubject(key)
+	s.threadBytes.Add(int64(len(value) + len(sum) + len(subject)))
 	publish := func(ctx context.Context, rev uint64) (uint64, error) {
 		m := nats.NewMsg(subject)
 		m.Data = value
@@ -72,6 +73,11 @@ func (s *Store) putHead(ctx context.Context, key string, value []byte, t *Thread
 		return publish(ctx, last.Sequence)
 	}, kv.holds(key, value))
 }
+
+// ThreadBytesWritten returns the bytes of the thread writes this store made since it opened:
+// the heads' values and headers, records, segments and index entries (keys included),
+// counted once each (a write retried after a conflict counts again).
+func (s *Store) ThreadBytesWritten() int64 { return s.threadBytes.Load() }
 
 // threadsRead lists the principal's threads from their values' headers, and returns the
 // bytes it read. A value written before heads had headers is read whole (and gets its

@@ -19,60 +19,77 @@ import (
 	"github.com/wsgateway/wsgateway/thread"
 )
 
-// A thread is a log (docs/THREADS.md, "How a thread is stored"): its value under the thread's
-// key is its head (title, times, its newest runs) with the transcript's newest messages only,
-// the hot tail that turns change; the older messages are sealed into records, each written
-// once under the thread's key (<thread key>.r.<ID>.<i>, split into parts like a large value)
-// and never changed, each naming the record before it. A turn reads and writes the head and
-// the hot tail, and, now and then, seals what has settled into one more record: its cost does
-// not grow with the thread. An index key per sealed message (<thread key>.i.<hash of its id>)
-// holds its position, so that a run posting messages the hot tail no longer holds finds them
-// known. Paging walks the records from the newest; the agent's context reads as many of the
-// newest records as its byte budget takes (records never change, so a store keeps the ones it
-// read, decoded, for the next turns).
+// A thread is a log (docs/THREADS.md, "How a thread is stored"). Its value under the thread's
+// key is its head: title, times, its running and newest runs, and the messages that may still
+// change (the hot tail: a running run's, a paused run's, a call's that waits for its client
+// tool). Every other message is sealed: once a run's finish settles its messages, they are
+// written once into a record of their own (<thread key>.r.<ID>.<i>, in parts when larger than
+// a NATS message, like a large value) and leave the head. The head names its newest records
+// (Sealed.Recent); every segmentSize of them go into a segment (<thread key>.r.<ID>.<i> too),
+// which names the segment before it. An index key per sealed message (<thread key>.i.<hash of
+// its id>) holds its position, so that a run posting messages the head no longer holds finds
+// them known. A turn thus writes its own messages once and the small head twice, whatever the
+// thread's length. Paging reads the records of its window, in parallel, from the newest;
+// the agent's context reads as many of the newest as its byte budget takes. Records never
+// change: a store keeps those it read or wrote, decoded (recordCache).
 //
 // A thread written before records existed is a head whose hot tail is the whole transcript:
-// it reads as it did, and its first update seals what has settled.
+// it reads as it did, and its next update seals what has settled.
 
-// Seal bounds: the hot tail keeps at least hotKeep messages; what settled before them is
-// sealed once it is sealMin messages or sealBytes of JSON.
 const (
-	hotKeep   = 16
-	sealMin   = 16
-	sealBytes = 128 << 10
+	// segmentSize is how many records a segment names.
+	segmentSize = 16
 	// keepRuns is how many ended runs the head keeps; older ones go with the sealed messages.
-	keepRuns = 32
+	keepRuns = 4
+	// readers bounds the records one read fetches at once.
+	readers = 16
 )
 
 // Sealed names a thread's sealed messages: positions 0 to Count-1 of its transcript, the
 // hot tail following them.
 type Sealed struct {
-	Last  RecordRef `json:"last"`  // the newest record
-	Count int       `json:"count"` // messages sealed
+	Count  int         `json:"count"`            // messages sealed
+	Recent []RecordRef `json:"recent,omitempty"` // the newest records, oldest first
+	Last   *RecordRef  `json:"last,omitempty"`   // the newest segment: the records before Recent
+	// LastID and LastRole are the last sealed message's (a hydrate's placeholder rule needs
+	// the role of the message before the hot tail).
+	LastID   string `json:"lastId"`
+	LastRole string `json:"lastRole"`
 	// Lead are the transcript's leading system messages, also sealed: a run's agent is given
 	// them however long the thread (docs/THREADS.md section 5).
 	Lead []thread.Message `json:"lead,omitempty"`
-	// Oldest is when the oldest record of the chain was written: the records expire with the
-	// bucket's TTL, so a thread still in use writes its chain again (refresh) before then.
+	// Oldest is when the oldest record or segment was written: they expire with the bucket's
+	// TTL, so a thread still in use writes them again (refresh) before then.
 	Oldest time.Time `json:"oldest"`
 }
 
-// RecordRef names one record: its parts' ID and how many there are.
+// RecordRef names one record (or segment): its parts' ID and count, the position of its
+// first message, its messages and their size in bytes of JSON.
 type RecordRef struct {
-	ID string `json:"id"`
-	N  int    `json:"n"`
+	ID    string `json:"id"`
+	N     int    `json:"n"`
+	From  int    `json:"from"`
+	Count int    `json:"count"`
+	Bytes int    `json:"bytes"`
 }
 
-// threadRecord is one record of sealed messages.
+// end returns the position after ref's last message.
+func (r RecordRef) end() int { return r.From + r.Count }
+
+// threadRecord is one record: sealed messages, and the ended runs the head let go of then.
 type threadRecord struct {
-	Prev     *RecordRef       `json:"prev,omitempty"`
-	From     int              `json:"from"` // the position of its first message
 	Messages []thread.Message `json:"messages"`
-	// Runs are ended runs the head let go of when the record was sealed.
-	Runs []ThreadRun `json:"runs,omitempty"`
+	Runs     []ThreadRun      `json:"runs,omitempty"`
 }
 
-// recordKey returns the thread key of a record's parts (threadParts.key adds ID and i).
+// threadSegment is one segment: segmentSize records, oldest first, and the segment before.
+type threadSegment struct {
+	Prev    *RecordRef  `json:"prev,omitempty"`
+	Records []RecordRef `json:"records"`
+}
+
+// recordKey returns the thread key of records' and segments' parts (threadParts.key adds
+// ID and i).
 func recordKey(key string) string { return key + ".r" }
 
 // indexKey returns the key of the position of the thread key's message id.
@@ -81,93 +98,100 @@ func indexKey(key, id string) string {
 	return key + ".i." + keyEncoding.EncodeToString(h[:])
 }
 
-// seal moves what settled in t's hot tail into a new record, and refreshes the record chain
-// when its oldest record nears the bucket's TTL. It changes t only when the writes it made
-// succeeded; a record of a value that then loses its compare-and-set is left to the TTL.
+// sealable returns how many of t's first messages have settled: every message, but for
+// those a later update may change: from a running run's anchor on (its reply goes right
+// after it), every one while interrupts are pending or answers wait (an approval changes the
+// call that asked), and from a call that waits for its client tool's result on.
+func sealable(t *Thread) int {
+	tr := &t.Transcript
+	if tr.Interrupts != nil || len(tr.Late) > 0 || len(tr.Answered) > 0 {
+		return 0
+	}
+	cut := len(tr.Messages)
+	for _, a := range tr.Anchors {
+		if a.After == "" {
+			continue // the reply goes first: before every hot message
+		}
+		at := slices.IndexFunc(tr.Messages, func(m thread.Message) bool { return m.ID == a.After })
+		cut = min(cut, max(at, 0))
+	}
+	for i, m := range tr.Messages[:cut] {
+		for _, p := range m.Parts {
+			if p.Type == "tool-call" && p.Output == nil && p.Approval == nil && p.State != "complete" && p.State != "error" {
+				return i
+			}
+		}
+	}
+	return cut
+}
+
+// seal writes what settled in t's hot tail into a new record, and refreshes the records when
+// the oldest nears the bucket's TTL. It changes t only once its writes succeeded; what a
+// value that then loses its compare-and-set wrote is left to the TTL.
 func (s *Store) seal(ctx context.Context, key string, t *Thread) error {
 	if t.Sealed != nil && time.Since(t.Sealed.Oldest) > s.cfg.ThreadRetention/2 {
 		if err := s.refresh(ctx, key, t); err != nil {
 			return err
 		}
 	}
-	tr := &t.Transcript
-	if tr.Interrupts != nil || len(tr.Late) > 0 || len(tr.Answered) > 0 {
-		return nil // answers may change settled messages
-	}
-	cut := len(tr.Messages) - hotKeep
-	for _, a := range tr.Anchors { // a run's reply goes after its anchor: keep the anchor hot
-		at := -1
-		if a.After != "" {
-			at = slicesIndex(tr.Messages, a.After)
-		}
-		cut = min(cut, at)
-	}
-	if cut <= 0 {
+	cut := sealable(t)
+	if cut == 0 {
 		return nil
 	}
-	size := 0
-	for _, m := range tr.Messages[:cut] {
-		size += len(m.Parts) * 64
-		for _, p := range m.Parts {
-			size += len(p.Content) + len(p.Arguments) + len(p.Output) + len(p.Input)
-		}
-	}
-	if cut < sealMin && size < sealBytes {
-		return nil
-	}
-	from := 0
-	var prev *RecordRef
-	if t.Sealed != nil {
-		from, prev = t.Sealed.Count, &t.Sealed.Last
-	}
-	rec := threadRecord{Prev: prev, From: from, Messages: tr.Messages[:cut]}
+	msgs := t.Transcript.Messages[:cut]
+	rec := threadRecord{Messages: msgs}
 	var keptRuns []ThreadRun
-	if n := len(t.Runs); n > keepRuns {
-		for i, r := range t.Runs {
-			if i < n-keepRuns && r.State != ThreadRunRunning {
-				rec.Runs = append(rec.Runs, r)
-			} else {
-				keptRuns = append(keptRuns, r)
-			}
+	ended := 0
+	for _, r := range slices.Backward(t.Runs) {
+		if r.State != ThreadRunRunning {
+			ended++
+		}
+		if r.State == ThreadRunRunning || ended <= keepRuns {
+			keptRuns = append(keptRuns, r)
+		} else {
+			rec.Runs = append(rec.Runs, r)
 		}
 	}
-	ref, err := s.writeRecord(ctx, key, &rec)
+	slices.Reverse(keptRuns)
+	slices.Reverse(rec.Runs)
+	next := Sealed{Oldest: time.Now().UTC()}
+	if t.Sealed != nil {
+		next = *t.Sealed
+	}
+	ref, err := s.writeRecord(ctx, key, &rec, next.Count)
 	if err != nil {
 		return err
 	}
-	if err := s.writeIndex(ctx, key, rec.Messages, from); err != nil {
+	if err := s.writeIndex(ctx, key, msgs, next.Count); err != nil {
 		return err
 	}
-	next := &Sealed{Last: ref, Count: from + cut, Oldest: time.Now().UTC()}
-	if t.Sealed != nil {
-		next.Lead, next.Oldest = t.Sealed.Lead, t.Sealed.Oldest
-	} else {
-		for _, m := range rec.Messages {
+	if next.Count == 0 {
+		for _, m := range msgs {
 			if m.Role != "system" {
 				break
 			}
 			next.Lead = append(next.Lead, m)
 		}
 	}
-	t.Sealed = next
-	tr.Messages = tr.Messages[cut:]
-	if rec.Runs != nil {
-		t.Runs = keptRuns
+	next.Recent = append(slices.Clip(next.Recent), ref)
+	if len(next.Recent) >= segmentSize {
+		seg := threadSegment{Prev: next.Last, Records: next.Recent}
+		sref, err := s.writeSegment(ctx, key, &seg)
+		if err != nil {
+			return err
+		}
+		next.Last, next.Recent = &sref, nil
 	}
+	next.Count += cut
+	next.LastID, next.LastRole = msgs[cut-1].ID, msgs[cut-1].Role
+	t.Sealed = &next
+	t.Transcript.Messages = t.Transcript.Messages[cut:]
+	t.Runs = keptRuns
 	return nil
 }
 
-func slicesIndex(msgs []thread.Message, id string) int {
-	for i := range msgs {
-		if msgs[i].ID == id {
-			return i
-		}
-	}
-	return -1
-}
-
-// writeRecord writes rec under a new ID, in parts if it does not fit in one NATS message.
-func (s *Store) writeRecord(ctx context.Context, key string, rec *threadRecord) (RecordRef, error) {
+// writeRecord writes rec, whose first message is at position from, under a new ID.
+func (s *Store) writeRecord(ctx context.Context, key string, rec *threadRecord, from int) (RecordRef, error) {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return RecordRef{}, err
@@ -177,14 +201,29 @@ func (s *Store) writeRecord(ctx context.Context, key string, rec *threadRecord) 
 		return RecordRef{}, err
 	}
 	s.records.add(p.ID, rec, len(b))
-	return RecordRef{ID: p.ID, N: p.N}, nil
+	return RecordRef{ID: p.ID, N: p.N, From: from, Count: len(rec.Messages), Bytes: len(b)}, nil
+}
+
+// writeSegment writes seg under a new ID.
+func (s *Store) writeSegment(ctx context.Context, key string, seg *threadSegment) (RecordRef, error) {
+	b, err := json.Marshal(seg)
+	if err != nil {
+		return RecordRef{}, err
+	}
+	p, err := s.writeParts(ctx, recordKey(key), b, int(s.nc.MaxPayload())-4096)
+	if err != nil {
+		return RecordRef{}, err
+	}
+	first, last := seg.Records[0], seg.Records[len(seg.Records)-1]
+	s.records.add(p.ID, seg, len(b))
+	return RecordRef{ID: p.ID, N: p.N, From: first.From, Count: last.end() - first.From, Bytes: len(b)}, nil
 }
 
 // writeIndex writes the positions of msgs, the first at position from.
 func (s *Store) writeIndex(ctx context.Context, key string, msgs []thread.Message, from int) error {
 	errs := make([]error, len(msgs))
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
+	sem := make(chan struct{}, readers)
 	for i, m := range msgs {
 		if m.ID == "" {
 			continue
@@ -192,7 +231,9 @@ func (s *Store) writeIndex(ctx context.Context, key string, msgs []thread.Messag
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			_, errs[i] = s.threads.Put(ctx, indexKey(key, m.ID), []byte(strconv.Itoa(from+i)))
+			k, v := indexKey(key, m.ID), strconv.Itoa(from+i)
+			s.threadBytes.Add(int64(len(k) + len(v)))
+			_, errs[i] = s.threads.Put(ctx, k, []byte(v))
 		})
 	}
 	wg.Wait()
@@ -202,76 +243,145 @@ func (s *Store) writeIndex(ctx context.Context, key string, msgs []thread.Messag
 	return nil
 }
 
-// readRecord returns the record ref names, from the store's cache of records if it has it.
-func (s *Store) readRecord(ctx context.Context, key string, ref RecordRef) (*threadRecord, error) {
-	if rec := s.records.get(ref.ID); rec != nil {
-		return rec, nil
+// readRef returns the record or segment ref names, decoded into a new *T, from the store's
+// cache if it has it.
+func readRef[T any](ctx context.Context, s *Store, key string, ref RecordRef) (*T, error) {
+	if v, ok := s.records.get(ref.ID).(*T); ok {
+		return v, nil
 	}
-	p := &threadParts{ID: ref.ID, N: ref.N}
-	b, err := s.readParts(ctx, recordKey(key), p)
+	b, err := s.readParts(ctx, recordKey(key), &threadParts{ID: ref.ID, N: ref.N})
 	if err != nil {
 		return nil, err
 	}
 	if b == nil {
 		return nil, fmt.Errorf("thread: record %s is gone", ref.ID)
 	}
-	var rec threadRecord
-	if err := json.Unmarshal(b, &rec); err != nil {
+	v := new(T)
+	if err := json.Unmarshal(b, v); err != nil {
 		return nil, fmt.Errorf("thread: record %s: %w", ref.ID, err)
 	}
-	s.records.add(ref.ID, &rec, len(b))
-	return &rec, nil
+	s.records.add(ref.ID, v, len(b))
+	return v, nil
 }
 
-// eachRecord calls f with t's records from the newest, until f returns false or the chain
-// ends.
-func (s *Store) eachRecord(ctx context.Context, key string, from *RecordRef, f func(ref RecordRef, rec *threadRecord) bool) error {
-	for ref := from; ref != nil; {
-		rec, err := s.readRecord(ctx, key, *ref)
+// refs calls f with the refs of sealed's records from the newest, until f returns false or
+// the oldest was given; from, if not nil, is a segment to start at (a page cursor's), whose
+// end must be at or past the first position f wants.
+func (s *Store) refs(ctx context.Context, key string, sealed *Sealed, from *RecordRef, f func(RecordRef) bool) error {
+	seg := sealed.Last
+	if from == nil {
+		for _, r := range slices.Backward(sealed.Recent) {
+			if !f(r) {
+				return nil
+			}
+		}
+	} else {
+		seg = from
+	}
+	for seg != nil {
+		sg, err := readRef[threadSegment](ctx, s, key, *seg)
 		if err != nil {
 			return err
 		}
-		if !f(*ref, rec) {
-			return nil
+		for _, r := range slices.Backward(sg.Records) {
+			if !f(r) {
+				return nil
+			}
 		}
-		ref = rec.Prev
+		seg = sg.Prev
 	}
 	return nil
 }
 
-// refresh writes t's record chain again, each record as it was under a new ID, and its
-// index, so that a thread in use keeps its oldest messages past the bucket's TTL. It costs
-// the whole thread, once per half a retention.
-func (s *Store) refresh(ctx context.Context, key string, t *Thread) error {
-	var recs []*threadRecord
-	if err := s.eachRecord(ctx, key, &t.Sealed.Last, func(_ RecordRef, rec *threadRecord) bool {
-		recs = append(recs, rec)
-		return true
+// readRecords returns the records refs name, in their order, reading readers at once.
+func (s *Store) readRecords(ctx context.Context, key string, refs []RecordRef) ([]*threadRecord, error) {
+	recs := make([]*threadRecord, len(refs))
+	errs := make([]error, len(refs))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, readers)
+	for i, r := range refs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			recs[i], errs[i] = readRef[threadRecord](ctx, s, key, r)
+		})
+	}
+	wg.Wait()
+	return recs, errors.Join(errs...)
+}
+
+// sealedRange returns t's sealed messages at positions [from, to).
+func (s *Store) sealedRange(ctx context.Context, key string, sealed *Sealed, seg *RecordRef, from, to int) ([]thread.Message, error) {
+	if from >= to {
+		return nil, nil
+	}
+	var refs []RecordRef
+	if err := s.refs(ctx, key, sealed, seg, func(r RecordRef) bool {
+		if r.From < to && r.end() > from {
+			refs = append(refs, r)
+		}
+		return r.From > from
 	}); err != nil {
+		return nil, err
+	}
+	slices.Reverse(refs)
+	recs, err := s.readRecords(ctx, key, refs)
+	if err != nil {
+		return nil, err
+	}
+	var out []thread.Message
+	for i, rec := range recs {
+		r := refs[i]
+		lo, hi := max(from-r.From, 0), min(to-r.From, len(rec.Messages))
+		out = append(out, rec.Messages[lo:hi]...)
+	}
+	if len(out) != to-from {
+		return nil, fmt.Errorf("thread: records hold %d of the messages %d to %d", len(out), from, to)
+	}
+	return out, nil
+}
+
+// refresh writes t's records and segments again under new IDs, and the index, so that a
+// thread in use keeps its oldest messages past the bucket's TTL. It costs the whole thread,
+// once per half a retention.
+func (s *Store) refresh(ctx context.Context, key string, t *Thread) error {
+	var refs []RecordRef
+	if err := s.refs(ctx, key, t.Sealed, nil, func(r RecordRef) bool { refs = append(refs, r); return true }); err != nil {
 		return err
 	}
-	var prev *RecordRef
-	for i := len(recs) - 1; i >= 0; i-- {
-		rec := *recs[i]
-		rec.Prev = prev
-		ref, err := s.writeRecord(ctx, key, &rec)
+	slices.Reverse(refs)
+	next := *t.Sealed
+	next.Recent, next.Last, next.Oldest = nil, nil, time.Now().UTC()
+	for i := 0; i < len(refs); i += readers {
+		batch := refs[i:min(i+readers, len(refs))]
+		recs, err := s.readRecords(ctx, key, batch)
 		if err != nil {
 			return err
 		}
-		if err := s.writeIndex(ctx, key, rec.Messages, rec.From); err != nil {
-			return err
+		for j, rec := range recs {
+			ref, err := s.writeRecord(ctx, key, rec, batch[j].From)
+			if err != nil {
+				return err
+			}
+			if err := s.writeIndex(ctx, key, rec.Messages, ref.From); err != nil {
+				return err
+			}
+			if next.Recent = append(next.Recent, ref); len(next.Recent) == segmentSize {
+				sref, err := s.writeSegment(ctx, key, &threadSegment{Prev: next.Last, Records: next.Recent})
+				if err != nil {
+					return err
+				}
+				next.Last, next.Recent = &sref, nil
+			}
 		}
-		prev = &ref
 	}
-	next := *t.Sealed
-	next.Last, next.Oldest = *prev, time.Now().UTC()
 	t.Sealed = &next
 	return nil
 }
 
-// sealedAt returns the position of a sealed message of the thread key, -1 if the thread has
-// none of that id (count: how many messages it has sealed).
-func (s *Store) sealedAt(ctx context.Context, key, id string, count int) (int, error) {
+// sealedAt returns the position of a sealed message of the thread key, -1 if none of its
+// sealed messages has that id.
+func (s *Store) sealedAt(ctx context.Context, key, id string, sealed *Sealed) (int, error) {
 	if id == "" {
 		return -1, nil
 	}
@@ -283,45 +393,68 @@ func (s *Store) sealedAt(ctx context.Context, key, id string, count int) (int, e
 		return -1, fmt.Errorf("thread: index: %w", err)
 	}
 	pos, err := strconv.Atoi(string(e.Value()))
-	if err != nil || pos >= count {
+	if err != nil || pos >= sealed.Count {
 		return -1, nil // written by a seal that lost its compare-and-set, or unsealed since
 	}
 	return pos, nil
 }
 
-// unseal moves the sealed messages from position pos on back into t's hot tail (and the runs
-// their records hold back into its head), so that an update can change them: a run frame
-// whose list ends at a sealed message (a regenerate) cuts what follows it.
+// unseal moves the sealed messages from the record that holds position pos on back into t's
+// hot tail (and the runs those records hold back into its head), so that an update can
+// change them: a run whose list ends at a sealed message (a regenerate) cuts what follows.
 func (s *Store) unseal(ctx context.Context, key string, t *Thread, pos int) error {
-	var back []*threadRecord
-	var at *threadRecord
-	if err := s.eachRecord(ctx, key, &t.Sealed.Last, func(_ RecordRef, rec *threadRecord) bool {
-		back = append(back, rec)
-		at = rec
-		return rec.From > pos
+	sealed := *t.Sealed
+	var refs []RecordRef
+	if err := s.refs(ctx, key, &sealed, nil, func(r RecordRef) bool {
+		refs = append(refs, r)
+		return r.From > pos
 	}); err != nil {
+		return err
+	}
+	slices.Reverse(refs)
+	recs, err := s.readRecords(ctx, key, refs)
+	if err != nil {
 		return err
 	}
 	var msgs []thread.Message
 	var runs []ThreadRun
-	for i := len(back) - 1; i >= 0; i-- {
-		msgs = append(msgs, back[i].Messages...)
-		runs = append(runs, back[i].Runs...)
+	for _, rec := range recs {
+		msgs = append(msgs, rec.Messages...)
+		runs = append(runs, rec.Runs...)
 	}
-	// The records are shared (recordCache) and never change: the hot tail gets copies.
+	// Records are shared (recordCache) and never change: the hot tail gets copies.
 	msgs = thread.Transcript{Messages: msgs}.Clone().Messages
 	t.Transcript.Messages = append(msgs, t.Transcript.Messages...)
 	t.Runs = append(runs, t.Runs...)
-	if at.Prev == nil {
+	first := refs[0]
+	if first.From == 0 {
 		t.Sealed = nil
 		return nil
 	}
-	next := *t.Sealed
-	next.Last, next.Count = *at.Prev, at.From
-	if len(next.Lead) > next.Count {
-		next.Lead = next.Lead[:next.Count]
+	// The records before first: those of Recent, or of the segment that holds first.
+	if i := slices.IndexFunc(sealed.Recent, func(r RecordRef) bool { return r.ID == first.ID }); i >= 0 {
+		sealed.Recent = sealed.Recent[:i:i]
+	} else {
+		sealed.Recent = nil
+		for seg := sealed.Last; seg != nil; {
+			sg, err := readRef[threadSegment](ctx, s, key, *seg)
+			if err != nil {
+				return err
+			}
+			if i := slices.IndexFunc(sg.Records, func(r RecordRef) bool { return r.ID == first.ID }); i >= 0 {
+				sealed.Recent, sealed.Last = slices.Clone(sg.Records[:i]), sg.Prev
+				break
+			}
+			seg = sg.Prev
+		}
 	}
-	t.Sealed = &next
+	last, err := s.sealedRange(ctx, key, &sealed, nil, first.From-1, first.From)
+	if err != nil {
+		return err
+	}
+	sealed.Count, sealed.LastID, sealed.LastRole = first.From, last[0].ID, last[0].Role
+	sealed.Lead = sealed.Lead[:min(len(sealed.Lead), sealed.Count)]
+	t.Sealed = &sealed
 	return nil
 }
 
@@ -331,8 +464,11 @@ func (s *Store) unseal(ctx context.Context, key string, t *Thread, pos int) erro
 // come before those it does not (the whole transcript, its newest messages, a stale copy of
 // it, each followed by new ones): everything before the first message the hot tail holds is
 // sealed. When the hot tail holds none, the last posted message the index knows ends the
-// known ones; if it is the last message of the list, the list is a regenerate from a sealed
-// message, which is unsealed for Accept to cut what follows it.
+// known ones, and an assistant message posted after it and before the list's last user
+// message is the client's copy of a sealed reply (one the client named itself: a reply
+// created lazily, by reasoning or a tool call). If the last known message is the list's last
+// user, system or assistant message, the list is a regenerate from a sealed message: it is
+// unsealed, for Accept to cut what follows it.
 func (s *Store) knownInput(ctx context.Context, key string, t *Thread, input json.RawMessage) (json.RawMessage, error) {
 	if t.Sealed == nil {
 		return input, nil
@@ -341,71 +477,103 @@ func (s *Store) knownInput(ctx context.Context, key string, t *Thread, input jso
 	if err := json.Unmarshal(input, &in); err != nil {
 		return nil, fmt.Errorf("thread: accept: %w", err)
 	}
-	var msgs []struct {
-		ID   string `json:"id"`
-		Role string `json:"role"`
-	}
+	var msgs []postedMessage
 	if raw, ok := in["messages"]; !ok || json.Unmarshal(raw, &msgs) != nil || len(msgs) == 0 {
 		return input, nil
 	}
-	hot := make(map[string]bool, len(t.Transcript.Messages))
-	for _, m := range t.Transcript.Messages {
-		hot[m.ID] = true
+	hot := func(id string) bool {
+		return slices.ContainsFunc(t.Transcript.Messages, func(m thread.Message) bool { return m.ID == id })
 	}
-	drop := -1 // msgs[:drop+1] are sealed
-	for i, m := range msgs {
-		if hot[m.ID] {
-			drop = i - 1
-			break
-		}
-	}
-	if drop < 0 && !hot[msgs[0].ID] {
-		last := -1 // the last user, system or assistant message
-		for i := len(msgs) - 1; i >= 0; i-- {
-			if r := msgs[i].Role; r == "user" || r == "system" || r == "assistant" {
+	keep := make([]bool, len(msgs))
+	first := slices.IndexFunc(msgs, func(m postedMessage) bool { return hot(m.ID) })
+	if first < 0 {
+		last, lastUser := -1, -1 // the last user, system or assistant message; the last user one
+		for i, m := range msgs {
+			switch m.Role {
+			case "user":
+				lastUser = i
+				fallthrough
+			case "system", "assistant":
 				last = i
-				break
 			}
 		}
-		for i := len(msgs) - 1; i >= 0; i-- {
-			pos, err := s.sealedAt(ctx, key, msgs[i].ID, t.Sealed.Count)
+		known := -1
+		for i := len(msgs) - 1; i >= 0 && known < 0; i-- {
+			pos, err := s.sealedAt(ctx, key, msgs[i].ID, t.Sealed)
 			if err != nil {
 				return nil, err
 			}
 			if pos < 0 {
 				continue
 			}
+			known = i
 			if i == last {
 				// A regenerate from a sealed message: Accept cuts what follows it.
 				if err := s.unseal(ctx, key, t, pos); err != nil {
 					return nil, err
 				}
-				drop = -1
-				for j := range msgs {
-					if hot[msgs[j].ID] || slicesIndex(t.Transcript.Messages, msgs[j].ID) >= 0 {
-						break
-					}
-					drop = j
-				}
-			} else {
-				drop = i
+				first = slices.IndexFunc(msgs, func(m postedMessage) bool { return hot(m.ID) })
 			}
-			break
+		}
+		if first < 0 {
+			for i := known + 1; i < len(msgs); i++ {
+				keep[i] = known < 0 || msgs[i].Role == "user" || msgs[i].Role == "system" || i > lastUser
+			}
 		}
 	}
-	if drop < 0 {
+	if first >= 0 {
+		for i := first; i < len(msgs); i++ {
+			keep[i] = true
+		}
+	}
+	if !slices.Contains(keep, false) {
 		return input, nil
 	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(in["messages"], &raw); err != nil {
 		return nil, fmt.Errorf("thread: accept: %w", err)
 	}
-	b, err := json.Marshal(raw[drop+1:])
+	var kept []json.RawMessage
+	for i, m := range raw {
+		if keep[i] {
+			kept = append(kept, m)
+		}
+	}
+	b, err := json.Marshal(kept)
 	if err != nil {
 		return nil, err
 	}
 	in["messages"] = b
 	return json.Marshal(in)
+}
+
+// AllRuns returns every run of t, in order of acceptance: those its records hold, then its
+// head's.
+func (s *Store) AllRuns(ctx context.Context, t *Thread) ([]ThreadRun, error) {
+	if t.Sealed == nil {
+		return t.Runs, nil
+	}
+	key := threadKey(t.Principal, t.ThreadID)
+	var refs []RecordRef
+	if err := s.refs(ctx, key, t.Sealed, nil, func(r RecordRef) bool { refs = append(refs, r); return true }); err != nil {
+		return nil, err
+	}
+	slices.Reverse(refs)
+	recs, err := s.readRecords(ctx, key, refs)
+	if err != nil {
+		return nil, err
+	}
+	var runs []ThreadRun
+	for _, rec := range recs {
+		runs = append(runs, rec.Runs...)
+	}
+	return append(runs, t.Runs...), nil
+}
+
+// postedMessage is what knownInput reads of a posted message.
+type postedMessage struct {
+	ID   string `json:"id"`
+	Role string `json:"role"`
 }
 
 // SealedMessages returns the newest of t's sealed messages, oldest first, at least budget
@@ -417,42 +585,38 @@ func (s *Store) SealedMessages(ctx context.Context, t *Thread, budget int) ([]th
 		return nil, nil
 	}
 	key := threadKey(t.Principal, t.ThreadID)
-	var recs []*threadRecord
-	size := 0
-	if err := s.eachRecord(ctx, key, &t.Sealed.Last, func(_ RecordRef, rec *threadRecord) bool {
-		recs = append(recs, rec)
-		for _, m := range rec.Messages {
-			size += messageSize(m)
-		}
+	from, size := t.Sealed.Count, 0
+	if err := s.refs(ctx, key, t.Sealed, nil, func(r RecordRef) bool {
+		from, size = r.From, size+r.Bytes
 		return budget <= 0 || size < budget
 	}); err != nil {
 		return nil, err
 	}
-	var out []thread.Message
-	if from := recs[len(recs)-1].From; from > 0 {
-		out = append(out, t.Sealed.Lead[:min(len(t.Sealed.Lead), from)]...)
+	msgs, err := s.sealedRange(ctx, key, t.Sealed, nil, from, t.Sealed.Count)
+	if err != nil {
+		return nil, err
 	}
-	for i := len(recs) - 1; i >= 0; i-- {
-		out = append(out, recs[i].Messages...)
-	}
-	return out, nil
+	return append(slices.Clip(t.Sealed.Lead[:min(len(t.Sealed.Lead), from)]), msgs...), nil
 }
 
-// messageSize estimates the bytes of m's JSON.
-func messageSize(m thread.Message) int {
-	n := 64 + len(m.ID)
-	for _, p := range m.Parts {
-		n += 64 + len(p.Content) + len(p.Arguments) + len(p.Output) + len(p.Input)
+// Active returns what a hydrate shows of t while runID is running, given its events so far:
+// Transcript.Active of its hot tail, with the role of the last sealed message before it, so
+// that a continuation's placeholder is there when the hot tail is empty.
+func (t *Thread) Active(runID string, events []json.RawMessage) []thread.Message {
+	tr := t.Transcript
+	if len(tr.Messages) > 0 || t.Sealed == nil {
+		return tr.Active(runID, events)
 	}
-	return n
+	tr.Messages = []thread.Message{{ID: t.Sealed.LastID, Role: t.Sealed.LastRole, Parts: []thread.Part{}}}
+	return tr.Active(runID, events)[1:]
 }
 
-// sealedCursor is a page cursor inside a record: the messages before Messages[I] of the
-// record Ref, all of them for I = -1. On the wire it is cursorPrefix and its JSON in
-// base64url; any other cursor is a message id.
+// sealedCursor is a page cursor inside the sealed messages: the messages before position P,
+// Seg the segment that holds position P-1 (nil: the head's Recent). On the wire it is
+// cursorPrefix and its JSON in base64url; any other cursor is a message id.
 type sealedCursor struct {
-	Ref RecordRef `json:"r"`
-	I   int       `json:"i"`
+	P   int        `json:"p"`
+	Seg *RecordRef `json:"s,omitempty"`
 }
 
 const cursorPrefix = "sealed."
@@ -469,150 +633,168 @@ func parseSealedCursor(s string) (sealedCursor, bool) {
 	}
 	b, err := base64.RawURLEncoding.DecodeString(rest)
 	var c sealedCursor
-	if err != nil || json.Unmarshal(b, &c) != nil || c.Ref.ID == "" || c.Ref.N <= 0 || c.I < -1 {
+	if err != nil || json.Unmarshal(b, &c) != nil || c.P <= 0 || c.Seg != nil && (c.Seg.ID == "" || c.Seg.N <= 0) {
 		return sealedCursor{}, false
 	}
 	return c, true
 }
 
 // ThreadPage cuts a page of t's messages, newest window first, as thread.Page cuts a
-// transcript, reading the records it reaches: hot is t's hot tail as the hydrate shows it
-// (with an active run's message). limit <= 0 answers every message (every record read) and
-// cursor "". before is "" for the newest window, or a cursor ThreadPage issued: the window
-// then holds the newest limit messages strictly older than it. A cursor naming no message of
-// the thread answers an empty window and "".
+// transcript, reading the records of its window: hot is t's hot tail as the hydrate shows
+// it (with an active run's message). limit <= 0 answers every message (every record read)
+// and cursor "". before is "" for the newest window, or a cursor ThreadPage issued: the
+// window then holds the newest limit messages strictly older than it. A cursor naming no
+// message of the thread answers an empty window and "".
 func (s *Store) ThreadPage(ctx context.Context, t *Thread, hot []thread.Message, limit int, before string) (window []thread.Message, cursor string, err error) {
 	if t.Sealed == nil {
 		w, c := thread.Page(hot, limit, before)
 		return w, c, nil
 	}
-	if limit <= 0 {
-		older, err := s.SealedMessages(ctx, t, 0)
-		if err != nil {
-			return nil, "", err
-		}
-		return append(older, hot...), "", nil
-	}
-	limit = min(limit, thread.MaxPage)
 	key := threadKey(t.Principal, t.ThreadID)
-	// Where the window ends: in the hot tail (end), or in a record (from, at).
-	end := len(hot)
-	from, at := &t.Sealed.Last, -1
+	sealed := t.Sealed
+	count := sealed.Count
+	end := count + len(hot) // the window's end, as a position
+	var seg *RecordRef      // the segment that holds end-1, when known
 	if before != "" {
-		end = slicesIndex(hot, before)
-		if end < 0 {
-			if c, ok := parseSealedCursor(before); ok {
-				from, at = &c.Ref, c.I
-			} else if from, at, err = s.locate(ctx, key, t, before); err != nil || from == nil {
+		if i := slices.IndexFunc(hot, func(m thread.Message) bool { return m.ID == before }); i >= 0 {
+			end = count + i
+		} else if c, ok := parseSealedCursor(before); ok && c.P <= count {
+			end, seg = c.P, c.Seg
+		} else {
+			// A message id: a cursor issued while its message was hot, sealed since.
+			pos, err := s.sealedAt(ctx, key, before, sealed)
+			if err != nil || pos < 0 {
 				return []thread.Message{}, "", err
 			}
-			end = 0
-			hot = nil
+			end = pos
 		}
 	}
-	start := max(end-limit, 0)
-	window = hot[start:end:end]
-	if start > 0 {
-		return window, hot[start].ID, nil
+	start := 0
+	if limit > 0 {
+		start = max(end-min(limit, thread.MaxPage), 0)
 	}
-	var older []thread.Message
-	err = s.eachRecord(ctx, key, from, func(ref RecordRef, rec *threadRecord) bool {
-		msgs := rec.Messages
-		if at >= 0 {
-			msgs = msgs[:min(at, len(msgs))]
-			at = -1
+	if start >= count {
+		window = slices.Clone(hot[start-count : end-count])
+	} else {
+		if window, err = s.sealedRange(ctx, key, sealed, seg, start, min(end, count)); err != nil {
+			return nil, "", err
 		}
-		need := limit - len(window) - len(older)
-		if need < len(msgs) {
-			j := len(msgs) - need
-			older = slices.Concat(msgs[j:], older)
-			cursor = sealedCursor{Ref: ref, I: j}.String()
-			return false
+		if end > count {
+			window = append(window, hot[:end-count]...)
 		}
-		older = slices.Concat(msgs, older)
-		if len(window)+len(older) == limit && rec.Prev != nil {
-			cursor = sealedCursor{Ref: *rec.Prev, I: -1}.String()
-			return false
-		}
-		return true
-	})
-	if err != nil {
-		return nil, "", err
 	}
-	return append(older, window...), cursor, nil
+	switch {
+	case start == 0:
+	case start >= count:
+		cursor = hot[start-count].ID
+	default:
+		cursor = sealedCursor{P: start, Seg: s.segmentOf(ctx, key, sealed, seg, start-1)}.String()
+	}
+	return window, cursor, nil
 }
 
-// locate finds the record that holds the sealed message id (a cursor a page issued while the
-// message was in the hot tail): the record and the message's index in it; nil when the
-// thread has no such message.
-func (s *Store) locate(ctx context.Context, key string, t *Thread, id string) (*RecordRef, int, error) {
-	pos, err := s.sealedAt(ctx, key, id, t.Sealed.Count)
-	if err != nil || pos < 0 {
-		return nil, 0, err
+// segmentOf returns the segment that holds position pos, nil when the head's Recent does (or
+// the segments cannot be read: a page then walks from the newest).
+func (s *Store) segmentOf(ctx context.Context, key string, sealed *Sealed, from *RecordRef, pos int) *RecordRef {
+	if len(sealed.Recent) > 0 && sealed.Recent[0].From <= pos {
+		return nil
 	}
-	var found *RecordRef
-	at := 0
-	err = s.eachRecord(ctx, key, &t.Sealed.Last, func(ref RecordRef, rec *threadRecord) bool {
-		if rec.From > pos {
-			return true
+	seg := sealed.Last
+	if from != nil {
+		seg = from
+	}
+	for seg != nil {
+		if seg.From <= pos {
+			return seg
 		}
-		if i := pos - rec.From; i < len(rec.Messages) && rec.Messages[i].ID == id {
-			found, at = &ref, i
+		sg, err := readRef[threadSegment](ctx, s, key, *seg)
+		if err != nil {
+			return nil
 		}
-		return false
-	})
-	return found, at, err
+		seg = sg.Prev
+	}
+	return nil
 }
 
-// recordCache keeps decoded records, which never change, by ID: the newest records of a
-// thread are read by each of its turns' agents and by each hydrate. It holds at most
-// recordCacheBytes (by their JSON's size), the least recently used going first.
+// recordCache keeps decoded records and segments, which never change, by ID, for the reads
+// that follow: a turn's agent reads the newest records of its thread, and so do the next
+// turns' and the hydrates of a reload. It holds each for keptFor since its last use, and at
+// most recordCacheBytes (by their JSON's size), the least recently used going first: like
+// the thread values a store keeps (threadkeep.go), what an idle gateway holds goes soon.
 type recordCache struct {
 	mu    sync.Mutex
 	by    map[string]*list.Element
 	order list.List // of *cachedRecord, most recently used first
 	size  int
+	timer *time.Timer
 }
 
 type cachedRecord struct {
 	id   string
-	rec  *threadRecord
+	v    any // *threadRecord or *threadSegment
 	size int
+	at   time.Time // last used
 }
 
 const recordCacheBytes = 32 << 20
 
-func (c *recordCache) add(id string, rec *threadRecord, size int) {
+func (c *recordCache) add(id string, v any, size int) {
 	if size > recordCacheBytes/4 {
 		return
 	}
+	now := time.Now()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.by == nil {
 		c.by = map[string]*list.Element{}
 	}
 	if e, ok := c.by[id]; ok {
+		e.Value.(*cachedRecord).at = now
 		c.order.MoveToFront(e)
 		return
 	}
-	c.by[id] = c.order.PushFront(&cachedRecord{id, rec, size})
+	c.by[id] = c.order.PushFront(&cachedRecord{id, v, size, now})
 	c.size += size
-	for c.size > recordCacheBytes {
-		e := c.order.Back()
-		cr := e.Value.(*cachedRecord)
-		c.order.Remove(e)
-		delete(c.by, cr.id)
-		c.size -= cr.size
+	c.trimLocked(now)
+	if c.timer == nil {
+		c.timer = time.AfterFunc(keptFor, c.sweep)
 	}
 }
 
-func (c *recordCache) get(id string) *threadRecord {
+func (c *recordCache) get(id string) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	e, ok := c.by[id]
 	if !ok {
 		return nil
 	}
+	cr := e.Value.(*cachedRecord)
+	cr.at = time.Now()
 	c.order.MoveToFront(e)
-	return e.Value.(*cachedRecord).rec
+	return cr.v
+}
+
+// trimLocked drops, least recently used first, what was not used for keptFor and what
+// exceeds recordCacheBytes.
+func (c *recordCache) trimLocked(now time.Time) {
+	for e := c.order.Back(); e != nil; e = c.order.Back() {
+		cr := e.Value.(*cachedRecord)
+		if c.size <= recordCacheBytes && now.Sub(cr.at) < keptFor {
+			return
+		}
+		c.order.Remove(e)
+		delete(c.by, cr.id)
+		c.size -= cr.size
+	}
+}
+
+// sweep drops what was not used for keptFor, and comes again while anything is kept.
+func (c *recordCache) sweep() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.trimLocked(time.Now())
+	c.timer = nil
+	if c.order.Len() > 0 {
+		c.timer = time.AfterFunc(keptFor, c.sweep)
+	}
 }

@@ -2,6 +2,7 @@ package jetstream
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -82,11 +83,12 @@ func TestThreadLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if th.Sealed == nil || len(th.Transcript.Messages) > hotKeep+sealMin || th.Sealed.Count+len(th.Transcript.Messages) != 2*turns {
-		t.Fatalf("hot tail %d messages, sealed %+v: want at most %d hot, %d in all", len(th.Transcript.Messages), th.Sealed, hotKeep+sealMin, 2*turns)
+	// Every turn settled: the head holds no message, its newest records and runs only.
+	if th.Sealed == nil || len(th.Transcript.Messages) != 0 || th.Sealed.Count != 2*turns || len(th.Sealed.Recent) >= segmentSize {
+		t.Fatalf("hot tail %d messages, sealed %+v: want none hot, %d sealed", len(th.Transcript.Messages), th.Sealed, 2*turns)
 	}
-	if len(th.Runs) > keepRuns+sealMin {
-		t.Errorf("the head keeps %d runs, want at most %d", len(th.Runs), keepRuns+sealMin)
+	if len(th.Runs) != keepRuns {
+		t.Errorf("the head keeps %d runs, want %d", len(th.Runs), keepRuns)
 	}
 	for _, limit := range []int{1, 7, 16, 50, 500} {
 		if got := pageAll(t, s, "T", limit); !slices.Equal(got, want) {
@@ -100,40 +102,41 @@ func TestThreadLog(t *testing.T) {
 		}
 	}
 
-	// A cursor issued while its message was in the hot tail, which a later turn sealed.
-	window, cursor, err := s.ThreadPage(ctx, th, th.Transcript.Messages, 10, "")
-	if err != nil || cursor != window[0].ID {
-		t.Fatalf("newest page: cursor %q, err %v", cursor, err)
-	}
-	longThread(t, s, "T", turns, 20, func(k int, ids []string) []string { return ids[len(ids)-1:] })
-	want = turnIDs(turns + 20)
-	th, err = s.Thread(ctx, "alice", "T")
-	if err != nil {
+	// A cursor issued while its message was in the hot tail (a run's, while it ran), which
+	// the run's finish sealed.
+	if _, err := s.AcceptRun(ctx, "alice", "T", "rx", turnInput("T", "rx", "urx", "question x"), nil); err != nil {
 		t.Fatal(err)
 	}
-	if slices.ContainsFunc(th.Transcript.Messages, func(m thread.Message) bool { return m.ID == cursor }) {
-		t.Fatalf("the cursor's message %s is still hot", cursor)
+	if th, err = s.Thread(ctx, "alice", "T"); err != nil {
+		t.Fatal(err)
+	}
+	window, cursor, err := s.ThreadPage(ctx, th, th.Transcript.Messages, 1, "")
+	if err != nil || cursor != "urx" || len(window) != 1 || window[0].ID != "urx" {
+		t.Fatalf("newest page of 1 while rx runs: %v, cursor %q, err %v", ids(window), cursor, err)
+	}
+	if err := s.FinishRun(ctx, "alice", "T", "rx", turnEvents("T", "rx", "question x")); err != nil {
+		t.Fatal(err)
+	}
+	if th, err = s.Thread(ctx, "alice", "T"); err != nil || len(th.Transcript.Messages) != 0 {
+		t.Fatalf("after rx: %d hot messages, %v", len(th.Transcript.Messages), err)
 	}
 	older, _, err := s.ThreadPage(ctx, th, th.Transcript.Messages, 5, cursor)
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := slices.Index(want, cursor)
-	if got := ids(older); !slices.Equal(got, want[at-5:at]) {
-		t.Fatalf("page before the sealed %s: %v, want %v", cursor, got, want[at-5:at])
+	if got := ids(older); !slices.Equal(got, want[len(want)-5:]) {
+		t.Fatalf("page before the sealed %s: %v, want %v", cursor, got, want[len(want)-5:])
 	}
+	want = append(want, "urx", "a-rx")
 
 	// The agent's context: the newest sealed messages, at least the budget's bytes.
 	msgs, err := s.SealedMessages(ctx, th, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	size := 0
-	for _, m := range msgs {
-		size += messageSize(m)
-	}
-	if size < 2000 || len(msgs) == th.Sealed.Count || msgs[len(msgs)-1].ID != want[th.Sealed.Count-1] {
-		t.Fatalf("SealedMessages(2000): %d messages, %d bytes, last %s", len(msgs), size, msgs[len(msgs)-1].ID)
+	b, _ := json.Marshal(msgs)
+	if len(b) < 1000 || len(msgs) == th.Sealed.Count || msgs[len(msgs)-1].ID != want[th.Sealed.Count-1] {
+		t.Fatalf("SealedMessages(2000): %d messages, %d bytes, last %s", len(msgs), len(b), msgs[len(msgs)-1].ID)
 	}
 	if all, _ := s.SealedMessages(ctx, th, 0); len(all) != th.Sealed.Count {
 		t.Fatalf("SealedMessages(0): %d messages, want %d", len(all), th.Sealed.Count)
@@ -298,5 +301,29 @@ func TestThreadRecordsRefreshed(t *testing.T) {
 	}
 	if got := pageAll(t, s, "T", 100); !slices.Equal(got, turnIDs(turns)) {
 		t.Fatalf("after 7 s of turns with a 4 s retention: %d messages from %v, want %d", len(got), got[:min(4, len(got))], 2*turns)
+	}
+}
+
+// TestThreadLogSnapshot: a run whose events hold a MESSAGES_SNAPSHOT replaces the whole
+// list, its sealed messages included, as the client's processor does.
+func TestThreadLogSnapshot(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	longThread(t, s, "T", 0, 10, func(k int, ids []string) []string { return ids[len(ids)-1:] })
+	if _, err := s.AcceptRun(ctx, "alice", "T", "snap", turnInput("T", "snap", "u-snap", "again"), nil); err != nil {
+		t.Fatal(err)
+	}
+	events := []json.RawMessage{
+		json.RawMessage(`{"type":"CUSTOM","name":"run.accepted"}`),
+		json.RawMessage(`{"type":"RUN_STARTED","threadId":"T","runId":"snap"}`),
+		json.RawMessage(`{"type":"MESSAGES_SNAPSHOT","messages":[{"id":"ur0","role":"user","content":"question 0"},` +
+			`{"id":"a-snap","role":"assistant","content":"all over again"}]}`),
+		json.RawMessage(`{"type":"RUN_FINISHED","threadId":"T","runId":"snap"}`),
+	}
+	if err := s.FinishRun(ctx, "alice", "T", "snap", events); err != nil {
+		t.Fatal(err)
+	}
+	if got := pageAll(t, s, "T", 3); !slices.Equal(got, []string{"ur0", "a-snap"}) {
+		t.Fatalf("after a snapshot: %v, want [ur0 a-snap]", got)
 	}
 }

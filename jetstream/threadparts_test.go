@@ -67,8 +67,12 @@ func TestThreadLargerThanAMessage(t *testing.T) {
 		t.Fatal("no message of the thread is sealed")
 	}
 	got := texts(t, stores[0], th)
-	if len(th.Runs) != 2*perStore || len(got) != 4*perStore || th.Dropped != 0 {
-		t.Fatalf("thread holds %d runs and %d messages (%d dropped), want %d and %d", len(th.Runs), len(got), th.Dropped, 2*perStore, 4*perStore)
+	runs, err := stores[0].AllRuns(ctx, th)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2*perStore || len(got) != 4*perStore || th.Dropped != 0 {
+		t.Fatalf("thread holds %d runs and %d messages (%d dropped), want %d and %d", len(runs), len(got), th.Dropped, 2*perStore, 4*perStore)
 	}
 	for si := range stores {
 		for i := range perStore {

@@ -1,6 +1,7 @@
 package jetstream
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -285,6 +286,7 @@ func (s *Store) writeParts(ctx context.Context, key string, b []byte, limit int)
 		id[i] = byte(rand.Uint32())
 	}
 	p := &threadParts{ID: keyEncoding.EncodeToString(id[:]), N: (len(b) + limit - 1) / limit}
+	s.threadBytes.Add(int64(len(b) + p.N*len(p.key(key, 0))))
 	errs := make([]error, p.N)
 	var wg sync.WaitGroup
 	for i := range p.N {
@@ -455,6 +457,12 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 		if !exists || r == nil || r.State != ThreadRunRunning {
 			return false, nil
 		}
+		if t.Sealed != nil && slices.ContainsFunc(events, isSnapshot) {
+			// A MESSAGES_SNAPSHOT replaces the whole list: the run's finish needs it whole.
+			if err := s.unseal(ctx, threadKey(principal, threadID), t, 0); err != nil {
+				return false, err
+			}
+		}
 		if err := t.Transcript.Finish(runID, events); err != nil {
 			return false, err
 		}
@@ -463,6 +471,17 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 		t.Updated = r.Ended
 		return true, nil
 	})
+}
+
+// isSnapshot reports whether event is a MESSAGES_SNAPSHOT.
+func isSnapshot(event json.RawMessage) bool {
+	if !bytes.Contains(event, []byte("MESSAGES_SNAPSHOT")) {
+		return false
+	}
+	var ev struct {
+		Type string `json:"type"`
+	}
+	return json.Unmarshal(event, &ev) == nil && ev.Type == "MESSAGES_SNAPSHOT"
 }
 
 // endState returns how a run whose log holds events ended.
@@ -585,15 +604,9 @@ func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) er
 	if r.rev == 0 || t.Principal != principal || t.ThreadID != threadID {
 		return ErrUnknownThread
 	}
-	runs := t.Runs
-	if t.Sealed != nil {
-		// The runs the head let go of are in the records: read them before the purge.
-		if err := s.eachRecord(ctx, key, &t.Sealed.Last, func(_ RecordRef, rec *threadRecord) bool {
-			runs = append(runs, rec.Runs...)
-			return true
-		}); err != nil {
-			return fmt.Errorf("delete thread: %w", err)
-		}
+	runs, err := s.AllRuns(ctx, t) // read before the purge
+	if err != nil {
+		return fmt.Errorf("delete thread: %w", err)
 	}
 	s.kept.forget(key)
 	if err := s.threads.Purge(ctx, key); err != nil {

@@ -100,8 +100,12 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := texts(t, stores[1], th)
-	if len(th.Runs) != 2*perStore || len(got) != 4*perStore {
-		t.Fatalf("thread holds %d runs and %d messages, want %d and %d", len(th.Runs), len(got), 2*perStore, 4*perStore)
+	runs, err := stores[1].AllRuns(ctx, th)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2*perStore || len(got) != 4*perStore {
+		t.Fatalf("thread holds %d runs and %d messages, want %d and %d", len(runs), len(got), 2*perStore, 4*perStore)
 	}
 	for si := range stores {
 		for i := range perStore {
@@ -112,7 +116,7 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 			}
 		}
 	}
-	for _, r := range th.Runs {
+	for _, r := range runs {
 		if r.State != ThreadRunFinished {
 			t.Errorf("run %s is %s, want finished", r.RunID, r.State)
 		}
