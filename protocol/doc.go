@@ -11,7 +11,9 @@
 // the 1.0 schema: a rejection is a [*SchemaError] with zod's path and
 // message. Unknown keys are kept at every depth; an accepted event re-encodes
 // to exactly its input bytes (compacted), except that RUN_STARTED.input gets
-// its parse defaults. Events are immutable and may be shared.
+// its parse defaults. Events are immutable and may be shared. [EndOf] (and
+// [Event.End]) is the one reading of how a run ended, given its terminal
+// event: finished, interrupted or error, with the RUN_ERROR's code.
 //
 // # Pipeline
 //
