@@ -12,6 +12,8 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/protocol"
 )
 
 // producerLost is the terminal event the reaper appends to a log whose producer died.
@@ -445,11 +447,6 @@ func endsWithTerminal(m *natsjs.RawStreamMsg) bool {
 	if err != nil || len(events) == 0 {
 		return false
 	}
-	var ev struct {
-		Type string `json:"type"`
-	}
-	if json.Unmarshal(events[len(events)-1], &ev) != nil {
-		return false
-	}
-	return ev.Type == "RUN_FINISHED" || ev.Type == "RUN_ERROR"
+	_, ended := protocol.EndOf(events[len(events)-1])
+	return ended
 }

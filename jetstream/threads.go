@@ -17,6 +17,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/thread"
 )
 
@@ -484,31 +485,24 @@ func isSnapshot(event json.RawMessage) bool {
 	return json.Unmarshal(event, &ev) == nil && ev.Type == "MESSAGES_SNAPSHOT"
 }
 
-// endState returns how a run whose log holds events ended.
+// endState returns how a run whose log holds events ended: as its last terminal says, or as
+// the reaper's producer_lost terminal says when it holds none.
 func endState(events []json.RawMessage) (state, code string) {
-	for i := len(events) - 1; i >= 0; i-- {
-		var ev struct {
-			Type    string          `json:"type"`
-			Code    string          `json:"code"`
-			Outcome json.RawMessage `json:"outcome"`
-		}
-		if json.Unmarshal(events[i], &ev) != nil {
-			continue
-		}
-		switch ev.Type {
-		case "RUN_FINISHED":
-			var o struct {
-				Type string `json:"type"`
-			}
-			if json.Unmarshal(ev.Outcome, &o) == nil && o.Type == "interrupt" {
-				return ThreadRunInterrupted, ""
-			}
-			return ThreadRunFinished, ""
-		case "RUN_ERROR":
-			return ThreadRunError, ev.Code
-		}
+	var end protocol.End
+	var ok bool
+	for i := len(events) - 1; i >= 0 && !ok; i-- {
+		end, ok = protocol.EndOf(events[i])
 	}
-	return ThreadRunError, "producer_lost"
+	if !ok {
+		end, _ = protocol.EndOf(producerLost)
+	}
+	switch end.Kind {
+	case protocol.EndFinished:
+		return ThreadRunFinished, ""
+	case protocol.EndInterrupted:
+		return ThreadRunInterrupted, ""
+	}
+	return ThreadRunError, end.Code
 }
 
 // finishLater queues the thread of a run the reaper closed. The reaper finishes the threads of
