@@ -125,13 +125,13 @@ func (s *Server) requestAbort(principal, runID string, stop <-chan struct{}) {
 
 // outcomeOf names how a log whose last event is last ended.
 func outcomeOf(last []byte) string {
-	ev, err := protocol.DecodeEvent(last)
+	end, ok := protocol.EndOf(last)
 	switch {
-	case err != nil:
+	case !ok:
 		return AbortOutcomeError
-	case ev.Type() == protocol.RunFinished:
+	case end.Kind == protocol.EndFinished, end.Kind == protocol.EndInterrupted:
 		return AbortOutcomeFinished
-	case ev.Type() == protocol.RunError && ev.Str("code") == turn.CodeAborted:
+	case end.Code == turn.CodeAborted:
 		return AbortOutcomeAborted
 	}
 	return AbortOutcomeError

@@ -133,8 +133,6 @@ func (srv *Server) withEarlierRuns(ctx context.Context, t *jetstream.Thread, in 
 
 // terminal reports whether event is a RUN_FINISHED or a RUN_ERROR.
 func terminal(event []byte) bool {
-	var ev struct {
-		Type protocol.EventType `json:"type"`
-	}
-	return json.Unmarshal(event, &ev) == nil && ev.Type.Terminal()
+	_, ended := protocol.EndOf(event)
+	return ended
 }

@@ -220,8 +220,8 @@ func (l *replayLog) outcome() metrics.TakeoverOutcome {
 
 // isRunError reports whether event is a RUN_ERROR.
 func isRunError(event []byte) bool {
-	ev, err := protocol.DecodeEvent(event)
-	return err == nil && ev.Type() == protocol.RunError
+	end, ok := protocol.EndOf(event)
+	return ok && end.Kind == protocol.EndError
 }
 
 // fingerprint returns an event's identity for matching a replay with the log: the event
