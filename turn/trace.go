@@ -26,7 +26,7 @@ type turnTrace struct {
 	start   time.Time // the first append
 	appends int
 	bytes   int64
-	code    string // of the last RUN_ERROR appended
+	last    protocol.End // the end of the last event appended; the zero End when it is not a terminal
 
 	maxAck atomic.Int64 // the longest time from an append to its storage, in nanoseconds
 }
@@ -48,9 +48,7 @@ func (tr *turnTrace) observe(ev *protocol.Event, emitted time.Time, stored func(
 	}
 	tr.appends++
 	tr.bytes += int64(len(ev.JSON()))
-	if ev.Type() == protocol.RunError {
-		tr.code = ev.Str("code")
-	}
+	tr.last, _ = ev.End()
 	first := tr.appends == 2
 	return func(offset string, err error) {
 		if err == nil {
@@ -82,15 +80,11 @@ func endAgent(span trace.Span, err error) {
 	span.End()
 }
 
-// end records the turn's outcome, with the code of its terminal RUN_ERROR (last is the type
-// of the last event appended), and the span of its appends, which ended when the last was
-// stored (acked).
+// end records the turn's outcome, with the code of its last event appended when that is a
+// RUN_ERROR, and the span of its appends, which ended when the last was stored (acked).
 func (tr *turnTrace) end(t *Turn, outcome metrics.Outcome, acked time.Time) {
 	t.mu.Lock()
-	code, appends, bytes, start := tr.code, tr.appends, tr.bytes, tr.start
-	if t.lastType != protocol.RunError {
-		code = ""
-	}
+	code, appends, bytes, start := tr.last.Code, tr.appends, tr.bytes, tr.start
 	t.mu.Unlock()
 	if outcome == metrics.OutcomeLogFailed {
 		code = CodeLogUnavailable
