@@ -146,6 +146,7 @@ type env struct {
 
 type envOptions struct {
 	natsURL           string // empty: start an embedded server
+	maxThreads        int    // the store's MaxThreadsPerPrincipal (0: no bound)
 	abortOnDisconnect bool
 	heartbeat         heartbeat.Config
 	queueSize         int
@@ -199,7 +200,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := jetstream.Config{URLs: o.natsURL, JoinWait: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		Retention: o.retention, LeaseTTL: o.leaseTTL}
+		Retention: o.retention, LeaseTTL: o.leaseTTL, MaxThreadsPerPrincipal: o.maxThreads}
 	if o.retention != 0 {
 		cfg.DedupWindow = o.retention / 2
 	}

@@ -26,7 +26,21 @@ func longThread(tb testing.TB, e *env, threadID string, turns int) []time.Durati
 	tb.Helper()
 	cl := dial(tb, e.url(), "")
 	lat := make([]time.Duration, 0, turns)
-	for k := range turns {
+	start := time.Now()
+	k := 0
+	defer func() {
+		if tb.Failed() {
+			tb.Logf("failed at turn %d of %d, %s in", k, turns, time.Since(start).Round(time.Millisecond))
+		}
+	}()
+	for ; k < turns; k++ {
+		if k > 0 && k%2000 == 0 {
+			th, err := e.store.Thread(context.Background(), "p1", threadID)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			tb.Logf("turn %d: %s in, %d messages in the head", k, time.Since(start).Round(time.Millisecond), len(th.Transcript.Messages))
+		}
 		sent := time.Now()
 		cl.send(threadFrame(threadID, fmt.Sprintf("r%d", k), script{Tokens: longDeltas, DeltaBytes: longDeltaBytes}, fmt.Sprintf("u%d", k), fmt.Sprintf("question %d", k)))
 		f := cl.next(20 * time.Second)
@@ -95,6 +109,10 @@ func checkWhole(tb testing.TB, msgs []string, turns int) {
 	}
 }
 
+// longEnv is the gateway of these long threads: the agent is given what the default
+// --agent-history-bytes (512 KiB) takes of the thread, as a deployment gives it.
+var longEnv = envOptions{runFrameRate: 1e6, runFrameBurst: 1e6, historyBytes: 512 << 10}
+
 func median(l []time.Duration) time.Duration {
 	l = slices.Clone(l)
 	slices.Sort(l)
@@ -107,7 +125,7 @@ func median(l []time.Duration) time.Duration {
 // transcript, on the gateway and on a second one.
 func TestLongThreadWhole(t *testing.T) {
 	const turns = 300
-	e := newEnv(t, envOptions{runFrameRate: 1e6, runFrameBurst: 1e6})
+	e := newEnv(t, longEnv)
 	longThread(t, e, "whole", turns)
 	msgs, pages := pageBack(t, e, "whole", 100)
 	checkWhole(t, msgs, turns)
@@ -128,7 +146,7 @@ func TestLongThreadWhole(t *testing.T) {
 func BenchmarkLongThreadWhole(b *testing.B) {
 	const turns = 300
 	for i := range b.N {
-		e := newEnv(b, envOptions{runFrameRate: 1e6, runFrameBurst: 1e6})
+		e := newEnv(b, longEnv)
 		lat := longThread(b, e, fmt.Sprintf("whole-%d", i), turns)
 		msgs, _ := pageBack(b, e, fmt.Sprintf("whole-%d", i), 100)
 		checkWhole(b, msgs, turns)
@@ -150,7 +168,7 @@ func BenchmarkLongThreadWhole(b *testing.B) {
 func BenchmarkThreadLog(b *testing.B) {
 	turns := *longThreadTurns
 	for i := range b.N {
-		e := newEnv(b, envOptions{runFrameRate: 1e6, runFrameBurst: 1e6})
+		e := newEnv(b, longEnv)
 		threadID := fmt.Sprintf("log-%d", i)
 		start := time.Now()
 		lat := longThread(b, e, threadID, turns)

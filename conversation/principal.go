@@ -25,6 +25,9 @@ const (
 	MsgPrincipalTurns    = "max-principal-turns: too many turns running for this principal"
 	MsgPrincipalTurnRate = "principal-turn-rate: too many turn starts per second for this principal"
 	MsgTooManyHydrates   = "max-principal-hydrates: too many hydrates at once for this principal"
+	// MsgTooManyThreads ends (RUN_ERROR code limit_exceeded, after run.accepted) a run that
+	// would start a thread beyond the principal's.
+	MsgTooManyThreads = "max-threads-per-principal: this principal has as many threads as it may; delete one to start another"
 )
 
 // limits returns principal's bounds: the Config's, with its entry of Config.PrincipalLimits.

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/wsgateway/wsgateway/jetstream"
@@ -59,7 +60,10 @@ type threadLog struct {
 	principal, threadID, runID string
 	log                        *slog.Logger
 	accepted                   chan struct{} // closed once the thread was written (or its first try failed), and the run announced
-	landed                     chan struct{} // closed once the thread was written, or the server stopped trying
+	// overLimit is set, before accepted is closed, when the run would start a thread beyond
+	// the principal's (jetstream.ErrThreadLimit): the turn is refused, and nothing announced.
+	overLimit atomic.Bool
+	landed    chan struct{} // closed once the thread was written, or the server stopped trying
 	// written is the thread as the first try of the run's acceptance wrote it (nil: that try
 	// failed), set before accepted is closed: the run's agent takes its context from it.
 	written *jetstream.Thread
@@ -117,13 +121,21 @@ func (srv *Server) newThreadLog(w *jetstream.Writer, s *slot, in *protocol.RunAg
 		accepted := func() {
 			once.Do(func() {
 				close(l.accepted)
-				srv.announce(s, log)
+				if !l.overLimit.Load() {
+					srv.announce(s, log)
+				}
 			})
 		}
 		defer accepted()
 		first := true
 		srv.untilLanded(log, "recording the run in its thread", func(ctx context.Context) error {
 			t, err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, in.JSON(), ahead)
+			if errors.Is(err, jetstream.ErrThreadLimit) {
+				log.Info("run refused: max-threads-per-principal")
+				srv.cfg.Metrics.LimitRefused(metrics.LimitPrincipalThreads)
+				l.overLimit.Store(true)
+				err = nil // refused: nothing to try again
+			}
 			if first {
 				l.written, first = t, false
 			}

@@ -399,3 +399,42 @@ func BenchmarkHydrate(b *testing.B) {
 	}
 	b.ReportMetric(float64(st.Bytes()), "thread-bytes")
 }
+
+// TestThreadsPerPrincipal: a run that would start a thread beyond the principal's bound ends
+// RUN_ERROR limit_exceeded naming the flag, right after run.accepted, and leaves no thread;
+// the principal's threads take runs as before, another principal starts threads of its own,
+// and once a thread is deleted a new one starts.
+func TestThreadsPerPrincipal(t *testing.T) {
+	e := newEnv(t, envOptions{maxThreads: 2})
+	cl := dial(t, e.url(), "")
+	turnOn := func(cl *client, threadID, runID string) []frame {
+		t.Helper()
+		cl.send(threadFrame(threadID, runID, script{Tokens: 1}, "u-"+runID, "hello"))
+		return cl.untilTerminal()
+	}
+	for _, id := range []string{"A", "B"} {
+		if fs := turnOn(cl, id, "r-"+id); fs[len(fs)-1].Type != "RUN_FINISHED" {
+			t.Fatalf("thread %s: %v", id, summary(fs))
+		}
+	}
+	fs := turnOn(cl, "C", "r-C")
+	if s := summary(fs); s != "CUSTOM:run.accepted RUN_ERROR:"+conversation.CodeLimitExceeded || !strings.Contains(fs[1].raw, "max-threads-per-principal") {
+		t.Fatalf("a third thread's run: %s %s, want run.accepted then RUN_ERROR limit_exceeded naming the flag", s, fs[len(fs)-1].raw)
+	}
+	if h := e.hydrate(t, "/api/chat", "", "threadId", "C"); h.raw != emptyThread {
+		t.Fatalf("the refused thread hydrates %s", h.raw)
+	}
+	if fs := turnOn(cl, "A", "r-A2"); fs[len(fs)-1].Type != "RUN_FINISHED" {
+		t.Fatalf("a run of an existing thread: %v", summary(fs))
+	}
+	if fs := turnOn(dial(t, e.url(), "bob"), "C", "r-bob-C"); fs[len(fs)-1].Type != "RUN_FINISHED" {
+		t.Fatalf("another principal's thread: %v", summary(fs))
+	}
+	resp := e.httpDo(t, http.MethodDelete, "/api/threads/B", nil, nil)
+	if resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("delete: %d", resp.StatusCode)
+	}
+	if fs := turnOn(cl, "C", "r-C2"); fs[len(fs)-1].Type != "RUN_FINISHED" {
+		t.Fatalf("a new thread after a delete: %v", summary(fs))
+	}
+}

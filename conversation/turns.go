@@ -386,7 +386,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		OnLost:   movedAway(s),
 		Aborted:  early,
 		Accepted: accepted,
-		Refused:  refused,
+		Refused:  refusedBy(refused, tlog),
 		Used:     srv.usageRecorder(s.key, req.in.ThreadID, runLog.Info().Generation),
 	})
 	if err != nil {
@@ -427,6 +427,18 @@ func (srv *Server) usageRecorder(key runKey, threadID string, gen uint64) func(m
 	}
 	return func(byModel map[string]metrics.Usage) {
 		srv.cfg.Usage.Record(usage.Run{Principal: key.principal, ThreadID: threadID, RunID: key.runID, Generation: gen, Usage: byModel})
+	}
+}
+
+// refusedBy returns the refusal of a turn: refused (the token budget's), else, for a run
+// its thread refused (too many threads, threadLog.overLimit), limit_exceeded naming the flag.
+// The turn asks once the run.accepted marker is stored, which waits for the thread's write.
+func refusedBy(refused *turn.Refusal, l turn.Log) func() *turn.Refusal {
+	return func() *turn.Refusal {
+		if tl, ok := l.(*threadLog); ok && refused == nil && tl.overLimit.Load() {
+			return &turn.Refusal{Code: CodeLimitExceeded, Message: MsgTooManyThreads}
+		}
+		return refused
 	}
 }
 

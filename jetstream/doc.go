@@ -51,15 +51,16 @@
 // metadata (RunInfo) and leases live in KV buckets keyed by a hash of the runId alone: a
 // runId belongs to at most one principal.
 //
-// Threads live in a third KV bucket (Config.ThreadBucket, TTL Config.ThreadRetention), one
-// value per thread keyed "<hash of the principal>.<hash of principal and threadId>", so that a
-// principal's threads are listed by a key filter and no key reveals a principal or a threadId.
-// A value holds the thread's runs, title, times and transcript; it is written by
-// compare-and-set on its revision (retried on a conflict: two gateways lose no update, a reader
-// never sees half of one). A thread too large for one message is written across parts, keys
-// "<thread key>.<write's id>.<i>" whose values, concatenated, are its JSON; its value is then
-// its head (threadValue: no transcript, only its running run) naming them. No message is left
-// out.
+// Threads live in a third KV bucket (Config.ThreadBucket, TTL Config.ThreadRetention), each a
+// log (docs/THREADS.md, "How a thread is stored"): a head under the key "<hash of the principal>.<hash of
+// principal and threadId>" (so that a principal's threads are listed by a key filter and no key
+// reveals a principal or a threadId) holds the thread's runs, title, times and the messages that
+// may still change, and is written by compare-and-set on its revision (retried on a conflict:
+// two gateways lose no update, a reader never sees half of one), with what a list shows in a
+// header. Settled messages are sealed into records written once below the thread's key, named by
+// the head and by segments of 16 records; an index key per sealed message holds its position. A
+// value or record too large for one message is written across parts, keys "<key>.<write's
+// id>.<i>" whose values, concatenated, are its JSON. No message is left out.
 //
 // # Invariants
 //

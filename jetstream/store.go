@@ -76,6 +76,9 @@ type Config struct {
 	// ThreadRetention is how long a thread is kept after its last update (default 30 days),
 	// independently of its runs' logs.
 	ThreadRetention time.Duration
+	// MaxThreadsPerPrincipal bounds the threads one principal has: a run that would start
+	// another is refused (ErrThreadLimit). 0: no bound.
+	MaxThreadsPerPrincipal int
 	// DedupWindow is the stream's duplicate window, the horizon of publish retries
 	// (default 30s).
 	DedupWindow time.Duration
@@ -193,6 +196,8 @@ func (c Config) withDefaults() (Config, error) {
 		return c, errors.New("jetstream: dedup window longer than retention")
 	case c.MaxBatchBytes < 1024:
 		return c, errors.New("jetstream: max batch bytes below 1 KiB")
+	case c.MaxThreadsPerPrincipal < 0:
+		return c, errors.New("jetstream: negative max threads per principal")
 	case c.MaxRunBacklog < 0 || c.MaxBacklog < 0:
 		return c, errors.New("jetstream: negative backlog bound")
 	}

@@ -25,6 +25,10 @@ import (
 // expired, deleted, or another principal's).
 var ErrUnknownThread = errors.New("jetstream: unknown thread")
 
+// ErrThreadLimit refuses a run that would start a thread beyond the principal's
+// Config.MaxThreadsPerPrincipal.
+var ErrThreadLimit = errors.New("jetstream: the principal has as many threads as it may")
+
 // States of a thread's run.
 const (
 	ThreadRunRunning     = "running"     // accepted, no terminal stored yet
@@ -422,6 +426,15 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 		}()
 		now := time.Now().UTC()
 		if !exists {
+			if max := s.cfg.MaxThreadsPerPrincipal; max > 0 {
+				list, _, err := s.threadsRead(ctx, principal)
+				if err != nil {
+					return false, err
+				}
+				if len(list) >= max {
+					return false, ErrThreadLimit
+				}
+			}
 			t.Created = now
 		}
 		input, err := s.knownInput(ctx, key, t, input)

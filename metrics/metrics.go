@@ -116,11 +116,12 @@ const (
 	LimitFollows          Limit = "max_follows"           // a follow frame beyond the threads one socket follows
 	LimitMemoryBudget     Limit = "memory_budget"         // a turn or hydrate while the memory budget admits no new work
 	// The per-principal bounds across every door (docs/SECURITY.md).
-	LimitPrincipalTurns    Limit = "max_principal_turns"    // a turn start beyond the principal's running turns
-	LimitPrincipalTurnRate Limit = "principal_turn_rate"    // a turn start beyond the principal's rate
-	LimitPrincipalHydrates Limit = "max_principal_hydrates" // a hydrate beyond the principal's at once
-	LimitPrincipalReaders  Limit = "max_principal_readers"  // a Durable Streams read beyond the principal's at once
-	LimitTokenBudget       Limit = "token_budget"           // a run of a principal that used its token budget of the period
+	LimitPrincipalTurns    Limit = "max_principal_turns"       // a turn start beyond the principal's running turns
+	LimitPrincipalTurnRate Limit = "principal_turn_rate"       // a turn start beyond the principal's rate
+	LimitPrincipalHydrates Limit = "max_principal_hydrates"    // a hydrate beyond the principal's at once
+	LimitPrincipalReaders  Limit = "max_principal_readers"     // a Durable Streams read beyond the principal's at once
+	LimitTokenBudget       Limit = "token_budget"              // a run of a principal that used its token budget of the period
+	LimitPrincipalThreads  Limit = "max_threads_per_principal" // a run that would start a thread beyond the principal's
 )
 
 // Metrics holds the gateway's collectors. Its methods are safe for concurrent use; a nil

@@ -210,10 +210,11 @@ type Config struct {
 	// Aborted starts the turn aborted (its abort arrived before its run frame): the log gets
 	// run.accepted then RUN_ERROR aborted, the agent never runs, nothing is delivered live.
 	Aborted bool
-	// Refused, if set, ends the turn before the agent is called: the log gets run.accepted
-	// then RUN_ERROR with its code and message (outcome limit_exceeded), delivered live, so
-	// that the client and the run's thread see why.
-	Refused *Refusal
+	// Refused, if set, is asked once the run.accepted marker is stored whether the turn is
+	// refused: a Refusal ends it before the agent is called, the log getting RUN_ERROR with
+	// its code and message (outcome limit_exceeded) after the marker, delivered live, so that
+	// the client and the run's thread see why.
+	Refused func() *Refusal
 	// Used, if set, is called once from the driver when the run's terminal is stored and its
 	// terminals reported a token usage, with that usage by model (the entries' "model", ""
 	// for entries naming none). Only the turn that produces a run calls it: never a resume,
@@ -223,6 +224,14 @@ type Config struct {
 
 // Refusal is the RUN_ERROR of a turn refused before its agent is called (Config.Refused).
 type Refusal struct{ Code, Message string }
+
+// refusal returns the turn's Refusal, nil when it is not refused.
+func (t *Turn) refusal() *Refusal {
+	if t.cfg.Refused == nil {
+		return nil
+	}
+	return t.cfg.Refused()
+}
 
 // ErrConfig reports a Config without Input, Agent or Log, or with negative limits.
 var ErrConfig = errors.New("turn: invalid config")
@@ -623,7 +632,7 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 			return stopOutcome(r)
 		default:
 		}
-		if r := t.cfg.Refused; r != nil {
+		if r := t.refusal(); r != nil {
 			t.stopEmits()
 			t.log.InfoContext(t.cfg.Context, "run refused", slog.String(keyCode, r.Code))
 			return metrics.OutcomeLimitExceeded, r.Code, r.Message

@@ -54,6 +54,7 @@ type serveConfig struct {
 	maxTakeovers    int
 	retention       time.Duration
 	threadRetention time.Duration
+	maxThreads      int // --max-threads-per-principal; 0: no bound
 	drainTimeout    time.Duration
 	// shutdownTimeout bounds the stop after the drain: the turns' terminals and log closes,
 	// the sockets' last frames and the store's close.
@@ -288,6 +289,14 @@ var serveFlags = []serveFlag{
 	{"max-takeovers", "3", "takeovers of one run (1 to 100); a run whose gateway dies again after as many ends RUN_ERROR producer_lost", intRange(100, func(c *serveConfig) *int { return &c.maxTakeovers })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
 	{"thread-retention", "720h", "how long a thread (its transcript and list of runs) is kept after its last turn, independently of the runs' logs", durationSetter(func(c *serveConfig) *time.Duration { return &c.threadRetention })},
+	{"max-threads-per-principal", "10000", "threads one principal may have, cluster-wide (a bound of the thread store, counted when a run would start another; runs started at the same moment may pass it together); a run that would start one more ends RUN_ERROR limit_exceeded after run.accepted; 0: no bound", func(c *serveConfig, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("want a whole number, 0 for no bound")
+		}
+		c.maxThreads = n
+		return nil
+	}},
 	{"drain-timeout", "10s", "on SIGTERM/SIGINT, how long running turns may finish before they are aborted", durationSetter(func(c *serveConfig) *time.Duration { return &c.drainTimeout })},
 	{"shutdown-timeout", "15s", "after --drain-timeout, how long the stopped turns may take to store their terminal and close their logs before the gateway exits anyway (their leases released: a reaper closes those logs)", durationSetter(func(c *serveConfig) *time.Duration { return &c.shutdownTimeout })},
 	{"auth", authNone, "authentication of /ws: none (development: every client is one principal) or jwt (a JSON Web Token; see --jwt-*)", func(c *serveConfig, v string) error {

@@ -42,6 +42,7 @@ func TestParseServeDefaults(t *testing.T) {
 		maxTakeovers:    3,
 		retention:       24 * time.Hour,
 		threadRetention: 30 * 24 * time.Hour,
+		maxThreads:      10000,
 		drainTimeout:    10 * time.Second,
 		chatPath:        "/api/chat",
 		ndjsonPath:      "/api/chat/ndjson",
