@@ -58,7 +58,7 @@
 // may still change, and is written by compare-and-set on its revision (retried on a conflict:
 // two gateways lose no update, a reader never sees half of one), with what a list shows in a
 // header. Settled messages are sealed into records written once below the thread's key, named by
-// the head and by segments of 16 records; an index key per sealed message holds its position. A
+// the head and by segments of 16 records. A
 // value or record too large for one message is written across parts, keys "<key>.<write's
 // id>.<i>" whose values, concatenated, are its JSON. No message is left out.
 //

@@ -319,6 +319,8 @@ type Store struct {
 	// threadBytes counts the bytes of the thread writes this store made: values, records,
 	// segments and index entries (ThreadBytesWritten).
 	threadBytes atomic.Int64
+	// sealing counts the seals in the background (sealLater).
+	sealing atomic.Int64
 
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}

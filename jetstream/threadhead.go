@@ -161,5 +161,16 @@ func (s *Store) threadsRead(ctx context.Context, principal string) ([]ThreadSumm
 	return list, read, nil
 }
 
+// threadCount returns how many threads the principal has: the subjects of its heads, which
+// the bucket's stream counts in one request (a deleted thread's subject is purged whole,
+// DeleteThread; an expired head's message is gone).
+func (s *Store) threadCount(ctx context.Context, principal string) (int, error) {
+	info, err := s.threadStream.Info(ctx, natsjs.WithSubjectFilter("$KV."+s.cfg.ThreadBucket+"."+principalPrefix(principal)+".*"))
+	if err != nil {
+		return 0, fmt.Errorf("threads: %w", err)
+	}
+	return len(info.State.Subjects), nil
+}
+
 // threadListWait bounds the wait for one batch of a thread list's heads.
 const threadListWait = 5 * time.Second

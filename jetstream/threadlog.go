@@ -3,18 +3,14 @@ package jetstream
 import (
 	"container/list"
 	"context"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
-
-	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wsgateway/wsgateway/thread"
 )
@@ -26,10 +22,10 @@ import (
 // written once into a record of their own (<thread key>.r.<ID>.<i>, in parts when larger than
 // a NATS message, like a large value) and leave the head. The head names its newest records
 // (Sealed.Recent); every segmentSize of them go into a segment (<thread key>.r.<ID>.<i> too),
-// which names the segment before it. An index key per sealed message (<thread key>.i.<hash of
-// its id>) holds its position, so that a run posting messages the head no longer holds finds
-// them known. A turn thus writes its own messages once and the small head twice, whatever the
-// thread's length. Paging reads the records of its window, in parallel, from the newest;
+// which names the segment before it. The head also names its newest sealed messages
+// (Sealed.Newest), so that a run posting the whole transcript finds them known without a
+// read; a stale copy is found in the records (findSealed). A turn thus writes its own
+// messages once and the small head twice, whatever the thread's length. Paging reads the records of its window, in parallel, from the newest;
 // the agent's context reads as many of the newest as its byte budget takes. Records never
 // change: a store keeps those it read or wrote, decoded (recordCache).
 //
@@ -51,10 +47,10 @@ type Sealed struct {
 	Count  int         `json:"count"`            // messages sealed
 	Recent []RecordRef `json:"recent,omitempty"` // the newest records, oldest first
 	Last   *RecordRef  `json:"last,omitempty"`   // the newest segment: the records before Recent
-	// LastID and LastRole are the last sealed message's (a hydrate's placeholder rule needs
-	// the role of the message before the hot tail).
-	LastID   string `json:"lastId"`
-	LastRole string `json:"lastRole"`
+	// Newest are the ids and roles of the newest sealed messages: a run posting them finds
+	// them known without a read, and a hydrate's placeholder rule reads the role of the
+	// message before the hot tail.
+	Newest []SealedID `json:"newest"`
 	// Lead are the transcript's leading system messages, also sealed: a run's agent is given
 	// them however long the thread (docs/THREADS.md section 5).
 	Lead []thread.Message `json:"lead,omitempty"`
@@ -92,12 +88,6 @@ type threadSegment struct {
 // ID and i).
 func recordKey(key string) string { return key + ".r" }
 
-// indexKey returns the key of the position of the thread key's message id.
-func indexKey(key, id string) string {
-	h := sha256.Sum256([]byte("message\x00" + id))
-	return key + ".i." + keyEncoding.EncodeToString(h[:])
-}
-
 // sealable returns how many of t's first messages have settled: every message, but for
 // those a later update may change: from a running run's anchor on (its reply goes right
 // after it), every one while interrupts are pending or answers wait (an approval changes the
@@ -125,45 +115,80 @@ func sealable(t *Thread) int {
 	return cut
 }
 
-// seal writes what settled in t's hot tail into a new record, and refreshes the records when
-// the oldest nears the bucket's TTL. It changes t only once its writes succeeded; what a
-// value that then loses its compare-and-set wrote is left to the TTL.
-func (s *Store) seal(ctx context.Context, key string, t *Thread) error {
-	if t.Sealed != nil && time.Since(t.Sealed.Oldest) > s.cfg.ThreadRetention/2 {
-		if err := s.refresh(ctx, key, t); err != nil {
-			return err
+// sealPlan is a seal whose record is written: applied to the thread's value by
+// compare-and-set if the value still starts as it did when the record was written.
+type sealPlan struct {
+	base  *Sealed  // the Sealed it extends (nil: none)
+	ids   []string // the ids of the messages it seals, the first of the hot tail
+	moved []string // the runs its record holds, which leave the head
+	next  *Sealed  // the Sealed once applied
+}
+
+// sealLater seals, in the background, what the finish of a run left settled in t (a copy of
+// the value it wrote, with only the settled messages in its hot tail): it writes their record
+// (and refreshes the older ones when the oldest nears the bucket's TTL), with no update of
+// the thread held, then removes them from the head in an update of its own. The turn's finish
+// costs the thread's next update (the next turn's start) nothing more than before records
+// existed. A seal that fails, or finds the thread changed, leaves the messages hot: a later
+// finish seals them; what it wrote is left to the TTL.
+func (s *Store) sealLater(principal, threadID string, t *Thread) {
+	refresh := t.Sealed != nil && time.Since(t.Sealed.Oldest) > s.cfg.ThreadRetention/2
+	if len(t.Transcript.Messages) == 0 && !refresh {
+		return
+	}
+	s.sealing.Add(1)
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer s.sealing.Add(-1)
+		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
+		defer cancel()
+		key := threadKey(principal, threadID)
+		plan, err := s.planSeal(ctx, key, t, refresh)
+		if err == nil && plan != nil {
+			err = s.updateThread(ctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
+				return exists && plan.apply(t), nil
+			})
+		}
+		if err != nil && s.ctx.Err() == nil {
+			s.log.Warn("jetstream: sealing a thread's settled messages", keyErr, err)
+		}
+	}()
+}
+
+// planSeal writes the record of t's hot tail (all of it settled) under the next position,
+// and the segment that record completes, after refreshing the records when refresh is set.
+func (s *Store) planSeal(ctx context.Context, key string, t *Thread, refresh bool) (*sealPlan, error) {
+	plan := &sealPlan{base: t.Sealed}
+	next := Sealed{Oldest: time.Now().UTC()}
+	if t.Sealed != nil {
+		next = *t.Sealed
+	}
+	if refresh {
+		if err := s.refresh(ctx, key, &next); err != nil {
+			return nil, err
 		}
 	}
-	cut := sealable(t)
-	if cut == 0 {
-		return nil
+	msgs := t.Transcript.Messages
+	if len(msgs) == 0 {
+		plan.next = &next
+		return plan, nil
 	}
-	msgs := t.Transcript.Messages[:cut]
 	rec := threadRecord{Messages: msgs}
-	var keptRuns []ThreadRun
 	ended := 0
 	for _, r := range slices.Backward(t.Runs) {
 		if r.State != ThreadRunRunning {
 			ended++
 		}
-		if r.State == ThreadRunRunning || ended <= keepRuns {
-			keptRuns = append(keptRuns, r)
-		} else {
+		if r.State != ThreadRunRunning && ended > keepRuns {
 			rec.Runs = append(rec.Runs, r)
+			plan.moved = append(plan.moved, r.RunID)
 		}
 	}
-	slices.Reverse(keptRuns)
 	slices.Reverse(rec.Runs)
-	next := Sealed{Oldest: time.Now().UTC()}
-	if t.Sealed != nil {
-		next = *t.Sealed
-	}
 	ref, err := s.writeRecord(ctx, key, &rec, next.Count)
 	if err != nil {
-		return err
-	}
-	if err := s.writeIndex(ctx, key, msgs, next.Count); err != nil {
-		return err
+		return nil, err
 	}
 	if next.Count == 0 {
 		for _, m := range msgs {
@@ -178,16 +203,81 @@ func (s *Store) seal(ctx context.Context, key string, t *Thread) error {
 		seg := threadSegment{Prev: next.Last, Records: next.Recent}
 		sref, err := s.writeSegment(ctx, key, &seg)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		next.Last, next.Recent = &sref, nil
 	}
-	next.Count += cut
-	next.LastID, next.LastRole = msgs[cut-1].ID, msgs[cut-1].Role
-	t.Sealed = &next
-	t.Transcript.Messages = t.Transcript.Messages[cut:]
-	t.Runs = keptRuns
-	return nil
+	next.Count += len(msgs)
+	next.Newest = newest(msgs)
+	for _, m := range msgs {
+		plan.ids = append(plan.ids, m.ID)
+	}
+	plan.next = &next
+	return plan, nil
+}
+
+// apply seals in t what the plan's record holds, if t's sealed messages are still the plan's
+// base and its hot tail still starts with the plan's messages, settled; it reports whether it
+// changed t.
+func (p *sealPlan) apply(t *Thread) bool {
+	if !sameSealed(t.Sealed, p.base) || sealable(t) < len(p.ids) {
+		return false
+	}
+	for i, id := range p.ids {
+		if t.Transcript.Messages[i].ID != id {
+			return false
+		}
+	}
+	t.Transcript.Messages = t.Transcript.Messages[len(p.ids):]
+	t.Sealed = p.next
+	t.Runs = slices.DeleteFunc(t.Runs, func(r ThreadRun) bool { return slices.Contains(p.moved, r.RunID) })
+	return true
+}
+
+// sameSealed reports whether a and b name the same sealed messages.
+func sameSealed(a, b *Sealed) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	newestRef := func(s *Sealed) string {
+		if n := len(s.Recent); n > 0 {
+			return s.Recent[n-1].ID
+		}
+		if s.Last != nil {
+			return s.Last.ID
+		}
+		return ""
+	}
+	return a.Count == b.Count && newestRef(a) == newestRef(b) && a.Oldest.Equal(b.Oldest)
+}
+
+// SealedID is a sealed message's id and role.
+type SealedID struct {
+	ID   string `json:"id"`
+	Role string `json:"role"`
+}
+
+// newestSealed is how many of the newest sealed messages the head names (Sealed.Newest).
+const newestSealed = 4
+
+// newest returns the ids and roles of the last newestSealed of msgs.
+func newest(msgs []thread.Message) []SealedID {
+	var ids []SealedID
+	for _, m := range msgs[max(len(msgs)-newestSealed, 0):] {
+		ids = append(ids, SealedID{m.ID, m.Role})
+	}
+	return ids
+}
+
+// newestAt returns the position of the sealed message id if the head names it among the
+// newest (Sealed.Newest), -1 if not.
+func (sl *Sealed) newestAt(id string) int {
+	for i, n := range sl.Newest {
+		if n.ID == id {
+			return sl.Count - len(sl.Newest) + i
+		}
+	}
+	return -1
 }
 
 // writeRecord writes rec, whose first message is at position from, under a new ID.
@@ -217,30 +307,6 @@ func (s *Store) writeSegment(ctx context.Context, key string, seg *threadSegment
 	first, last := seg.Records[0], seg.Records[len(seg.Records)-1]
 	s.records.add(p.ID, seg, len(b))
 	return RecordRef{ID: p.ID, N: p.N, From: first.From, Count: last.end() - first.From, Bytes: len(b)}, nil
-}
-
-// writeIndex writes the positions of msgs, the first at position from.
-func (s *Store) writeIndex(ctx context.Context, key string, msgs []thread.Message, from int) error {
-	errs := make([]error, len(msgs))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, readers)
-	for i, m := range msgs {
-		if m.ID == "" {
-			continue
-		}
-		sem <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-sem }()
-			k, v := indexKey(key, m.ID), strconv.Itoa(from+i)
-			s.threadBytes.Add(int64(len(k) + len(v)))
-			_, errs[i] = s.threads.Put(ctx, k, []byte(v))
-		})
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("thread: index: %w", err)
-	}
-	return nil
 }
 
 // readRef returns the record or segment ref names, decoded into a new *T, from the store's
@@ -341,16 +407,16 @@ func (s *Store) sealedRange(ctx context.Context, key string, sealed *Sealed, seg
 	return out, nil
 }
 
-// refresh writes t's records and segments again under new IDs, and the index, so that a
+// refresh writes the records and segments of sl again under new IDs, and names them in sl, so that a
 // thread in use keeps its oldest messages past the bucket's TTL. It costs the whole thread,
 // once per half a retention.
-func (s *Store) refresh(ctx context.Context, key string, t *Thread) error {
+func (s *Store) refresh(ctx context.Context, key string, sl *Sealed) error {
 	var refs []RecordRef
-	if err := s.refs(ctx, key, t.Sealed, nil, func(r RecordRef) bool { refs = append(refs, r); return true }); err != nil {
+	if err := s.refs(ctx, key, sl, nil, func(r RecordRef) bool { refs = append(refs, r); return true }); err != nil {
 		return err
 	}
 	slices.Reverse(refs)
-	next := *t.Sealed
+	next := *sl
 	next.Recent, next.Last, next.Oldest = nil, nil, time.Now().UTC()
 	for i := 0; i < len(refs); i += readers {
 		batch := refs[i:min(i+readers, len(refs))]
@@ -363,9 +429,6 @@ func (s *Store) refresh(ctx context.Context, key string, t *Thread) error {
 			if err != nil {
 				return err
 			}
-			if err := s.writeIndex(ctx, key, rec.Messages, ref.From); err != nil {
-				return err
-			}
 			if next.Recent = append(next.Recent, ref); len(next.Recent) == segmentSize {
 				sref, err := s.writeSegment(ctx, key, &threadSegment{Prev: next.Last, Records: next.Recent})
 				if err != nil {
@@ -375,28 +438,51 @@ func (s *Store) refresh(ctx context.Context, key string, t *Thread) error {
 			}
 		}
 	}
-	t.Sealed = &next
+	*sl = next
 	return nil
 }
 
-// sealedAt returns the position of a sealed message of the thread key, -1 if none of its
-// sealed messages has that id.
-func (s *Store) sealedAt(ctx context.Context, key, id string, sealed *Sealed) (int, error) {
-	if id == "" {
-		return -1, nil
+// findSealed returns the position of the newest of t's sealed messages whose id is one of
+// ids, and that id; -1 when none is. It reads the records from the newest, readers at once,
+// until it finds one: the cost of a run that posts a stale copy of a long thread, or pages
+// from a cursor issued before its message was sealed.
+func (s *Store) findSealed(ctx context.Context, key string, sealed *Sealed, ids map[string]bool) (int, string, error) {
+	for i, n := range slices.Backward(sealed.Newest) {
+		if ids[n.ID] {
+			return sealed.Count - len(sealed.Newest) + i, n.ID, nil
+		}
 	}
-	e, err := s.threads.Get(ctx, indexKey(key, id))
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
-		return -1, nil
+	var batch []RecordRef
+	pos, found := -1, ""
+	search := func() error {
+		recs, err := s.readRecords(ctx, key, batch)
+		if err != nil {
+			return err
+		}
+		for i, rec := range recs {
+			for j, m := range slices.Backward(rec.Messages) {
+				if ids[m.ID] {
+					pos, found = batch[i].From+j, m.ID
+					return nil
+				}
+			}
+		}
+		batch = batch[:0]
+		return nil
 	}
-	if err != nil {
-		return -1, fmt.Errorf("thread: index: %w", err)
+	var err error
+	if rerr := s.refs(ctx, key, sealed, nil, func(r RecordRef) bool {
+		if batch = append(batch, r); len(batch) == readers {
+			err = search()
+		}
+		return err == nil && pos < 0
+	}); rerr != nil {
+		return -1, "", rerr
 	}
-	pos, err := strconv.Atoi(string(e.Value()))
-	if err != nil || pos >= sealed.Count {
-		return -1, nil // written by a seal that lost its compare-and-set, or unsealed since
+	if err == nil && pos < 0 && len(batch) > 0 {
+		err = search()
 	}
-	return pos, nil
+	return pos, found, err
 }
 
 // unseal moves the sealed messages from the record that holds position pos on back into t's
@@ -448,11 +534,11 @@ func (s *Store) unseal(ctx context.Context, key string, t *Thread, pos int) erro
 			seg = sg.Prev
 		}
 	}
-	last, err := s.sealedRange(ctx, key, &sealed, nil, first.From-1, first.From)
+	last, err := s.sealedRange(ctx, key, &sealed, nil, max(first.From-newestSealed, 0), first.From)
 	if err != nil {
 		return err
 	}
-	sealed.Count, sealed.LastID, sealed.LastRole = first.From, last[0].ID, last[0].Role
+	sealed.Count, sealed.Newest = first.From, newest(last)
 	sealed.Lead = sealed.Lead[:min(len(sealed.Lead), sealed.Count)]
 	t.Sealed = &sealed
 	return nil
@@ -463,8 +549,8 @@ func (s *Store) unseal(ctx context.Context, key string, t *Thread, pos int) erro
 // it as it would the whole transcript. The messages a client posts that the thread knows
 // come before those it does not (the whole transcript, its newest messages, a stale copy of
 // it, each followed by new ones): everything before the first message the hot tail holds is
-// sealed. When the hot tail holds none, the last posted message the index knows ends the
-// known ones, and an assistant message posted after it and before the list's last user
+// sealed. When the hot tail holds none, the last posted message the thread sealed (findSealed,
+// unless the list is one message) ends the known ones, and an assistant message posted after it and before the list's last user
 // message is the client's copy of a sealed reply (one the client named itself: a reply
 // created lazily, by reasoning or a tool call). If the last known message is the list's last
 // user, system or assistant message, the list is a regenerate from a sealed message: it is
@@ -473,12 +559,8 @@ func (s *Store) knownInput(ctx context.Context, key string, t *Thread, input jso
 	if t.Sealed == nil {
 		return input, nil
 	}
-	var in map[string]json.RawMessage
-	if err := json.Unmarshal(input, &in); err != nil {
-		return nil, fmt.Errorf("thread: accept: %w", err)
-	}
-	var msgs []postedMessage
-	if raw, ok := in["messages"]; !ok || json.Unmarshal(raw, &msgs) != nil || len(msgs) == 0 {
+	msgs := postedMessages(input)
+	if len(msgs) == 0 {
 		return input, nil
 	}
 	hot := func(id string) bool {
@@ -497,23 +579,36 @@ func (s *Store) knownInput(ctx context.Context, key string, t *Thread, input jso
 				last = i
 			}
 		}
-		known := -1
+		// The newest posted message the thread sealed: among the head's newest sealed ones,
+		// else (a list of more than one message, none of them known there: a stale copy, a
+		// regenerate or an edit far back) searched in the records. A lone message that is
+		// neither is new.
+		ids := map[string]bool{}
+		for _, m := range msgs {
+			if m.ID != "" {
+				ids[m.ID] = true
+			}
+		}
+		known, pos := -1, -1
 		for i := len(msgs) - 1; i >= 0 && known < 0; i-- {
-			pos, err := s.sealedAt(ctx, key, msgs[i].ID, t.Sealed)
-			if err != nil {
+			if pos = t.Sealed.newestAt(msgs[i].ID); pos >= 0 {
+				known = i
+			}
+		}
+		if known < 0 && len(ids) > 1 {
+			var id string
+			var err error
+			if pos, id, err = s.findSealed(ctx, key, t.Sealed, ids); err != nil {
 				return nil, err
 			}
-			if pos < 0 {
-				continue
+			known = slices.IndexFunc(msgs, func(m postedMessage) bool { return m.ID == id })
+		}
+		if known >= 0 && known == last {
+			// A regenerate from a sealed message: Accept cuts what follows it.
+			if err := s.unseal(ctx, key, t, pos); err != nil {
+				return nil, err
 			}
-			known = i
-			if i == last {
-				// A regenerate from a sealed message: Accept cuts what follows it.
-				if err := s.unseal(ctx, key, t, pos); err != nil {
-					return nil, err
-				}
-				first = slices.IndexFunc(msgs, func(m postedMessage) bool { return hot(m.ID) })
-			}
+			first = slices.IndexFunc(msgs, func(m postedMessage) bool { return hot(m.ID) })
 		}
 		if first < 0 {
 			for i := known + 1; i < len(msgs); i++ {
@@ -528,6 +623,10 @@ func (s *Store) knownInput(ctx context.Context, key string, t *Thread, input jso
 	}
 	if !slices.Contains(keep, false) {
 		return input, nil
+	}
+	var in map[string]json.RawMessage
+	if err := json.Unmarshal(input, &in); err != nil {
+		return nil, fmt.Errorf("thread: accept: %w", err)
 	}
 	var raw []json.RawMessage
 	if err := json.Unmarshal(in["messages"], &raw); err != nil {
@@ -576,6 +675,16 @@ type postedMessage struct {
 	Role string `json:"role"`
 }
 
+// postedMessages returns the messages of a run's input (nil if it has none, or is not valid:
+// Accept says why).
+func postedMessages(input json.RawMessage) []postedMessage {
+	var in struct {
+		Messages []postedMessage `json:"messages"`
+	}
+	json.Unmarshal(input, &in)
+	return in.Messages
+}
+
 // SealedMessages returns the newest of t's sealed messages, oldest first, at least budget
 // bytes of their JSON if it has as many (all of them for budget <= 0), after its leading
 // system messages (Sealed.Lead) when the newest do not reach back to them. It returns nil
@@ -604,10 +713,11 @@ func (s *Store) SealedMessages(ctx context.Context, t *Thread, budget int) ([]th
 // that a continuation's placeholder is there when the hot tail is empty.
 func (t *Thread) Active(runID string, events []json.RawMessage) []thread.Message {
 	tr := t.Transcript
-	if len(tr.Messages) > 0 || t.Sealed == nil {
+	if len(tr.Messages) > 0 || t.Sealed == nil || len(t.Sealed.Newest) == 0 {
 		return tr.Active(runID, events)
 	}
-	tr.Messages = []thread.Message{{ID: t.Sealed.LastID, Role: t.Sealed.LastRole, Parts: []thread.Part{}}}
+	last := t.Sealed.Newest[len(t.Sealed.Newest)-1]
+	tr.Messages = []thread.Message{{ID: last.ID, Role: last.Role, Parts: []thread.Part{}}}
 	return tr.Active(runID, events)[1:]
 }
 
@@ -662,7 +772,7 @@ func (s *Store) ThreadPage(ctx context.Context, t *Thread, hot []thread.Message,
 			end, seg = c.P, c.Seg
 		} else {
 			// A message id: a cursor issued while its message was hot, sealed since.
-			pos, err := s.sealedAt(ctx, key, before, sealed)
+			pos, _, err := s.findSealed(ctx, key, sealed, map[string]bool{before: true})
 			if err != nil || pos < 0 {
 				return []thread.Message{}, "", err
 			}

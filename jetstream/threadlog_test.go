@@ -12,6 +12,16 @@ import (
 	"github.com/wsgateway/wsgateway/thread"
 )
 
+// waitSealed waits until the store's seals in the background are done.
+func waitSealed(tb testing.TB, s *Store) {
+	tb.Helper()
+	for deadline := time.Now().Add(10 * time.Second); s.sealing.Load() > 0; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			tb.Fatal("the seals in the background did not end")
+		}
+	}
+}
+
 // longThread runs turns one after the other on the principal's thread T, each run posting
 // what post returns, and returns the ids of the thread's messages in order.
 func longThread(t *testing.T, s *Store, threadID string, from, turns int, post func(k int, ids []string) []string) []string {
@@ -37,6 +47,7 @@ func longThread(t *testing.T, s *Store, threadID string, from, turns int, post f
 		if err := s.FinishRun(ctx, "alice", threadID, runID, turnEvents(threadID, runID, fmt.Sprintf("question %d", k))); err != nil {
 			t.Fatalf("turn %d: %v", k, err)
 		}
+		waitSealed(t, s)
 		ids = append(ids, "a-"+runID)
 	}
 	return ids
@@ -117,6 +128,7 @@ func TestThreadLog(t *testing.T) {
 	if err := s.FinishRun(ctx, "alice", "T", "rx", turnEvents("T", "rx", "question x")); err != nil {
 		t.Fatal(err)
 	}
+	waitSealed(t, s)
 	if th, err = s.Thread(ctx, "alice", "T"); err != nil || len(th.Transcript.Messages) != 0 {
 		t.Fatalf("after rx: %d hot messages, %v", len(th.Transcript.Messages), err)
 	}
@@ -186,6 +198,7 @@ func TestThreadLogPosted(t *testing.T) {
 	if err := s.FinishRun(ctx, "alice", "T", "regen", turnEvents("T", "regen", "question 10")); err != nil {
 		t.Fatal(err)
 	}
+	waitSealed(t, s)
 	got = pageAll(t, s, "T", 9)
 	if wantRegen := append(turnIDs(11)[:21], "a-regen"); !slices.Equal(got, wantRegen) {
 		t.Fatalf("after a regenerate from ur10: %v, want %v", got, wantRegen)
@@ -323,7 +336,43 @@ func TestThreadLogSnapshot(t *testing.T) {
 	if err := s.FinishRun(ctx, "alice", "T", "snap", events); err != nil {
 		t.Fatal(err)
 	}
+	waitSealed(t, s)
 	if got := pageAll(t, s, "T", 3); !slices.Equal(got, []string{"ur0", "a-snap"}) {
 		t.Fatalf("after a snapshot: %v, want [ur0 a-snap]", got)
 	}
+}
+
+// BenchmarkThreadList lists the threads of a principal that has 1,000 long ones (three turns
+// of 20 KB questions and replies each, 120 KB a thread) and reports the bytes a list reads
+// and its time: heads' headers only.
+//
+//	go test -run '^$' -bench ThreadList -benchtime 5x ./jetstream/
+func BenchmarkThreadList(b *testing.B) {
+	s := openStore(b, testConfig(b))
+	ctx := context.Background()
+	const threads = 1000
+	long := strings.Repeat("x", 20000)
+	for i := range threads {
+		id := fmt.Sprintf("T%d", i)
+		for k := range 3 {
+			runID := fmt.Sprintf("%s-r%d", id, k)
+			if _, err := s.AcceptRun(ctx, "alice", id, runID, turnInput(id, runID, "u-"+runID, long), nil); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.FinishRun(ctx, "alice", id, runID, turnEvents(id, runID, long)); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	b.ResetTimer()
+	read := 0
+	for range b.N {
+		list, n, err := s.threadsRead(ctx, "alice")
+		if err != nil || len(list) != threads {
+			b.Fatalf("list: %d threads, %v", len(list), err)
+		}
+		read = n
+	}
+	b.ReportMetric(float64(read), "bytes-read/list")
+	b.ReportMetric(float64(read)/threads, "bytes-read/thread")
 }

@@ -35,8 +35,9 @@ func TestThreadLargerThanAMessage(t *testing.T) {
 		wg.Go(func() {
 			for i := range perStore {
 				runID := fmt.Sprintf("run-%d-%d", si, i)
+				input := turnInput("T", runID, "u-"+runID, fmt.Sprintf("hello %d %d", si, i))
 				ahead := s.ReadThreadAhead(ctx, "alice", "T")
-				if _, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, fmt.Sprintf("hello %d %d", si, i)), ahead); err != nil {
+				if _, err := s.AcceptRun(ctx, "alice", "T", runID, input, ahead); err != nil {
 					errs <- err
 					return
 				}
@@ -52,6 +53,8 @@ func TestThreadLargerThanAMessage(t *testing.T) {
 	for err := range errs {
 		t.Fatal(err)
 	}
+	waitSealed(t, stores[0])
+	waitSealed(t, stores[1])
 	th, err := stores[0].Thread(ctx, "alice", "T")
 	if err != nil {
 		t.Fatal(err)

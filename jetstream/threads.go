@@ -199,9 +199,6 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 			return err
 		}
 		t.Principal, t.ThreadID = principal, threadID
-		if err := s.seal(ctx, key, t); err != nil {
-			return err
-		}
 		w, err := s.writeThread(ctx, key, t, r)
 		if err == nil {
 			h.val = w
@@ -395,6 +392,9 @@ type ThreadAhead struct {
 	done chan struct{}
 	r    *threadRead
 	err  error
+	// threads is how many threads the principal has, counted when the read found none and
+	// Config.MaxThreadsPerPrincipal bounds them; -1: not counted.
+	threads int
 }
 
 // ReadThreadAhead starts reading the principal's thread for an AcceptRun that follows, so
@@ -402,10 +402,15 @@ type ThreadAhead struct {
 // An AcceptRun given it starts from what it read, unless an update of the thread through
 // this store came after; a stale read costs its compare-and-set and a read again.
 func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string) *ThreadAhead {
-	a := &ThreadAhead{done: make(chan struct{})}
+	a := &ThreadAhead{done: make(chan struct{}), threads: -1}
 	go func() {
 		defer close(a.done)
 		a.r, a.err = s.readThread(ctx, threadKey(principal, threadID), true)
+		if a.err == nil && a.r.rev == 0 && s.cfg.MaxThreadsPerPrincipal > 0 {
+			if n, err := s.threadCount(ctx, principal); err == nil {
+				a.threads = n
+			}
+		}
 	}()
 	return a
 }
@@ -427,11 +432,18 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 		now := time.Now().UTC()
 		if !exists {
 			if max := s.cfg.MaxThreadsPerPrincipal; max > 0 {
-				list, _, err := s.threadsRead(ctx, principal)
-				if err != nil {
-					return false, err
+				n := -1
+				if ahead != nil {
+					<-ahead.done
+					n = ahead.threads
 				}
-				if len(list) >= max {
+				if n < 0 {
+					var err error
+					if n, err = s.threadCount(ctx, principal); err != nil {
+						return false, err
+					}
+				}
+				if n >= max {
 					return false, ErrThreadLimit
 				}
 			}
@@ -466,7 +478,9 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 // nothing for a run that the thread does not hold as running (finished already, or its thread
 // deleted).
 func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error {
-	return s.updateThread(ctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
+	var settled *Thread
+	err := s.updateThread(ctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
+		settled = nil
 		r := t.run(runID)
 		if !exists || r == nil || r.State != ThreadRunRunning {
 			return false, nil
@@ -483,8 +497,16 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 		r.State, r.Code = endState(events)
 		r.Ended = time.Now().UTC()
 		t.Updated = r.Ended
+		// What the finish settled, as written, for sealLater: the next updates change t.
+		settled = &Thread{ThreadHead: t.ThreadHead, Sealed: t.Sealed}
+		settled.Runs = slices.Clone(t.Runs)
+		settled.Transcript.Messages = thread.Transcript{Messages: t.Transcript.Messages[:sealable(t)]}.Clone().Messages
 		return true, nil
 	})
+	if err == nil && settled != nil {
+		s.sealLater(principal, threadID, settled)
+	}
+	return err
 }
 
 // isSnapshot reports whether event is a MESSAGES_SNAPSHOT.
@@ -616,10 +638,12 @@ func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) er
 		return fmt.Errorf("delete thread: %w", err)
 	}
 	s.kept.forget(key)
-	if err := s.threads.Purge(ctx, key); err != nil {
+	// The head's subject purged whole, with no marker left: a thread count (threadCount)
+	// counts the subjects that hold heads.
+	if err := s.threadStream.Purge(ctx, natsjs.WithPurgeSubject(s.headSubject(key))); err != nil {
 		return fmt.Errorf("delete thread: %w", err)
 	}
-	// Its parts, records and index: every key below the thread's.
+	// Its parts, records and segments: every key below the thread's.
 	if err := s.threadStream.Purge(ctx, natsjs.WithPurgeSubject(s.headSubject(key)+".>")); err != nil {
 		return fmt.Errorf("delete thread: %w", err)
 	}

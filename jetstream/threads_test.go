@@ -72,8 +72,9 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 				text := fmt.Sprintf("hello %d %d", si, i)
 				// The thread read ahead, as a gateway reads it while it creates the run's
 				// log: often stale by the time the run is accepted.
+				input := turnInput("T", runID, "u-"+runID, text)
 				ahead := s.ReadThreadAhead(ctx, "alice", "T")
-				if _, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text), ahead); err != nil {
+				if _, err := s.AcceptRun(ctx, "alice", "T", runID, input, ahead); err != nil {
 					errs <- err
 					return
 				}
@@ -89,6 +90,7 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, s := range stores {
+		waitSealed(t, s)
 		s.holdsMu.Lock()
 		if n := len(s.holds); n != 0 {
 			t.Errorf("store %d keeps %d thread holds after its updates ended", i, n)
