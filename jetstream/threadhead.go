@@ -19,14 +19,16 @@ import (
 // hdrThreadHead is the header of a thread's value that holds its headSummary.
 const hdrThreadHead = "Wsg-Thread-Head"
 
-// headSummary is what a thread list shows of a thread.
+// headSummary is what a thread list shows of a thread, and whose it is.
 type headSummary struct {
-	Principal string    `json:"principal"`
-	ThreadID  string    `json:"threadId"`
-	Title     string    `json:"title"`
-	Created   time.Time `json:"created"`
-	Updated   time.Time `json:"updated"`
-	ActiveRun string    `json:"activeRun,omitempty"`
+	Principal string `json:"principal"`
+	ThreadSummary
+}
+
+// summary returns what a thread list shows of t.
+func (t *ThreadHead) summary() headSummary {
+	return headSummary{Principal: t.Principal, ThreadSummary: ThreadSummary{ThreadID: t.ThreadID, Title: t.Title,
+		Created: t.Created, Updated: t.Updated, ActiveRun: t.ActiveRun()}}
 }
 
 // headSubject returns the subject of the thread bucket's key.
@@ -36,8 +38,7 @@ func (s *Store) headSubject(key string) string { return "$KV." + s.cfg.ThreadBuc
 // on revision rev (0: the key holds no value, or a delete marker), as the bucket's Update and
 // Create do, and with their retries (electedKV).
 func (s *Store) putHead(ctx context.Context, key string, value []byte, t *Thread, rev uint64) (uint64, error) {
-	sum, err := json.Marshal(headSummary{Principal: t.Principal, ThreadID: t.ThreadID, Title: t.Title,
-		Created: t.Created, Updated: t.Updated, ActiveRun: t.ActiveRun()})
+	sum, err := json.Marshal(t.summary())
 	if err != nil {
 		return 0, err
 	}
@@ -136,14 +137,12 @@ func (s *Store) threadsRead(ctx context.Context, principal string) ([]ThreadSumm
 				if json.Unmarshal(e.Value(), &t) != nil {
 					continue
 				}
-				h = headSummary{Principal: t.Principal, ThreadID: t.ThreadID, Title: t.Title, Created: t.Created,
-					Updated: t.Updated, ActiveRun: t.ActiveRun()}
+				h = t.summary()
 			}
 			if h.Principal != principal {
 				continue
 			}
-			list = append(list, ThreadSummary{ThreadID: h.ThreadID, Title: h.Title, Created: h.Created,
-				Updated: h.Updated, ActiveRun: h.ActiveRun})
+			list = append(list, h.ThreadSummary)
 		}
 		if err := batch.Error(); err != nil {
 			return nil, 0, fmt.Errorf("threads: %w", err)

@@ -282,21 +282,19 @@ func (sl *Sealed) newestAt(id string) int {
 
 // writeRecord writes rec, whose first message is at position from, under a new ID.
 func (s *Store) writeRecord(ctx context.Context, key string, rec *threadRecord, from int) (RecordRef, error) {
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return RecordRef{}, err
-	}
-	p, err := s.writeParts(ctx, recordKey(key), b, int(s.nc.MaxPayload())-4096)
-	if err != nil {
-		return RecordRef{}, err
-	}
-	s.records.add(p.ID, rec, len(b))
-	return RecordRef{ID: p.ID, N: p.N, From: from, Count: len(rec.Messages), Bytes: len(b)}, nil
+	return s.writeRef(ctx, key, rec, from, len(rec.Messages))
 }
 
 // writeSegment writes seg under a new ID.
 func (s *Store) writeSegment(ctx context.Context, key string, seg *threadSegment) (RecordRef, error) {
-	b, err := json.Marshal(seg)
+	first, last := seg.Records[0], seg.Records[len(seg.Records)-1]
+	return s.writeRef(ctx, key, seg, first.From, last.end()-first.From)
+}
+
+// writeRef writes v (a *threadRecord or *threadSegment, which count messages from position
+// from) under a new ID, keeps it in the store's cache, and returns its ref.
+func (s *Store) writeRef(ctx context.Context, key string, v any, from, count int) (RecordRef, error) {
+	b, err := json.Marshal(v)
 	if err != nil {
 		return RecordRef{}, err
 	}
@@ -304,9 +302,8 @@ func (s *Store) writeSegment(ctx context.Context, key string, seg *threadSegment
 	if err != nil {
 		return RecordRef{}, err
 	}
-	first, last := seg.Records[0], seg.Records[len(seg.Records)-1]
-	s.records.add(p.ID, seg, len(b))
-	return RecordRef{ID: p.ID, N: p.N, From: first.From, Count: last.end() - first.From, Bytes: len(b)}, nil
+	s.records.add(p.ID, v, len(b))
+	return RecordRef{ID: p.ID, N: p.N, From: from, Count: count, Bytes: len(b)}, nil
 }
 
 // readRef returns the record or segment ref names, decoded into a new *T, from the store's

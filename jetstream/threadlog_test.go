@@ -266,25 +266,34 @@ func TestThreadUpgrade(t *testing.T) {
 	}
 }
 
+// longThreads gives alice n threads "T0" to "T<n-1>", in that order, each of three turns
+// whose questions and replies are 20 KB, and returns that text.
+func longThreads(tb testing.TB, s *Store, n int) string {
+	tb.Helper()
+	ctx := context.Background()
+	long := strings.Repeat("x", 20000)
+	for i := range n {
+		id := fmt.Sprintf("T%d", i)
+		for k := range 3 {
+			runID := fmt.Sprintf("%s-r%d", id, k)
+			if _, err := s.AcceptRun(ctx, "alice", id, runID, turnInput(id, runID, "u-"+runID, long), nil); err != nil {
+				tb.Fatal(err)
+			}
+			if err := s.FinishRun(ctx, "alice", id, runID, turnEvents(id, runID, long)); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return long
+}
+
 // TestThreadListReadsHeads: listing a principal's long threads reads their heads' headers,
 // not their transcripts.
 func TestThreadListReadsHeads(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	ctx := context.Background()
 	const threads = 20
-	long := strings.Repeat("x", 20000)
-	for i := range threads {
-		id := fmt.Sprintf("T%d", i)
-		for k := range 3 {
-			runID := fmt.Sprintf("%s-r%d", id, k)
-			if _, err := s.AcceptRun(ctx, "alice", id, runID, turnInput(id, runID, "u-"+runID, long), nil); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.FinishRun(ctx, "alice", id, runID, turnEvents(id, runID, long)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
+	long := longThreads(t, s, threads)
 	list, read, err := s.threadsRead(ctx, "alice")
 	if err != nil {
 		t.Fatal(err)
@@ -351,19 +360,7 @@ func BenchmarkThreadList(b *testing.B) {
 	s := openStore(b, testConfig(b))
 	ctx := context.Background()
 	const threads = 1000
-	long := strings.Repeat("x", 20000)
-	for i := range threads {
-		id := fmt.Sprintf("T%d", i)
-		for k := range 3 {
-			runID := fmt.Sprintf("%s-r%d", id, k)
-			if _, err := s.AcceptRun(ctx, "alice", id, runID, turnInput(id, runID, "u-"+runID, long), nil); err != nil {
-				b.Fatal(err)
-			}
-			if err := s.FinishRun(ctx, "alice", id, runID, turnEvents(id, runID, long)); err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	longThreads(b, s, threads)
 	b.ResetTimer()
 	read := 0
 	for range b.N {

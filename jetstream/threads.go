@@ -59,7 +59,7 @@ type Thread struct {
 	Sealed     *Sealed           `json:"sealed,omitempty"`
 }
 
-// ThreadHead is a Thread without its transcript, which Threads reads alone.
+// ThreadHead is a Thread without its transcript.
 type ThreadHead struct {
 	Principal string      `json:"principal"`
 	ThreadID  string      `json:"threadId"`
@@ -606,11 +606,11 @@ func (s *Store) Thread(ctx context.Context, principal, threadID string) (*Thread
 
 // ThreadSummary is a thread as a list shows it.
 type ThreadSummary struct {
-	ThreadID  string
-	Title     string
-	Created   time.Time
-	Updated   time.Time
-	ActiveRun string // "" when none
+	ThreadID  string    `json:"threadId"`
+	Title     string    `json:"title"`
+	Created   time.Time `json:"created"`
+	Updated   time.Time `json:"updated"`
+	ActiveRun string    `json:"activeRun,omitempty"` // "" when none
 }
 
 // Threads returns the principal's threads, most recently updated first (ties by threadId).
