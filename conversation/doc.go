@@ -97,7 +97,9 @@
 // (threadLog). A GET with a
 // threadId and no runId on an HTTP transport is a hydrate: the thread's messages, active run
 // and pending interrupts as JSON (an unknown or foreign thread is an empty one);
-// Server.ThreadsHandler lists and deletes a principal's threads.
+// Server.ThreadsHandler lists and deletes a principal's threads. A run that would start a
+// thread beyond the principal's (jetstream.Config.MaxThreadsPerPrincipal) ends RUN_ERROR code
+// limit_exceeded (MsgTooManyThreads) right after its run.accepted, in no thread.
 //
 // With a usage ledger (Config.Usage, package usage), every turn records its run's usage once
 // its terminal is stored, a turn whose principal used its token budget ends RUN_ERROR code
