@@ -76,8 +76,8 @@ func (s *Store) putHead(ctx context.Context, key string, value []byte, t *Thread
 }
 
 // ThreadBytesWritten returns the bytes of the thread writes this store made since it opened:
-// the heads' values and headers, records, segments and index entries (keys included),
-// counted once each (a write retried after a conflict counts again).
+// the heads' values and headers, records and segments (keys included), counted once each (a
+// write retried after a conflict counts again).
 func (s *Store) ThreadBytesWritten() int64 { return s.threadBytes.Load() }
 
 // threadsRead lists the principal's threads from their values' headers, and returns the
@@ -89,6 +89,8 @@ func (s *Store) threadsRead(ctx context.Context, principal string) ([]ThreadSumm
 		FilterSubjects: []string{prefix + "*"},
 		DeliverPolicy:  natsjs.DeliverLastPerSubjectPolicy,
 		HeadersOnly:    true,
+		// The server forgets it soon after the list (by default, after 5 minutes).
+		InactiveThreshold: threadListWait + 5*time.Second,
 	})
 	if err != nil {
 		return nil, 0, fmt.Errorf("threads: %w", err)
