@@ -146,15 +146,23 @@ func (s *Store) sealLater(principal, threadID string, t *Thread) {
 		key := threadKey(principal, threadID)
 		plan, err := s.planSeal(ctx, key, t, refresh)
 		if err == nil && plan != nil {
-			err = s.updateThread(ctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
+			// The seal holds the thread's updates (the next turn's start) while it writes: a
+			// short bound, so that NATS in trouble (an election) holds them up no longer than
+			// that; a seal given up on leaves the messages to a later finish.
+			uctx, cancel := context.WithTimeout(ctx, sealUpdateTimeout)
+			err = s.updateThread(uctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
 				return exists && plan.apply(t), nil
 			})
+			cancel()
 		}
 		if err != nil && s.ctx.Err() == nil {
 			s.log.Warn("jetstream: sealing a thread's settled messages", keyErr, err)
 		}
 	}()
 }
+
+// sealUpdateTimeout bounds the update that applies a seal.
+const sealUpdateTimeout = 2 * time.Second
 
 // planSeal writes the record of t's hot tail (all of it settled) under the next position,
 // and the segment that record completes, after refreshing the records when refresh is set.
