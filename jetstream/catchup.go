@@ -155,7 +155,7 @@ func (s *Store) catchUpPass(st natsjs.Stream, batch []*catchUpReq) error {
 	}
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PublishTimeout)
 	name := "wsgc_" + randomHex(8)
-	cons, err := st.CreateConsumer(ctx, natsjs.ConsumerConfig{
+	cons, err := s.createConsumer(ctx, st, natsjs.ConsumerConfig{
 		Name:              name,
 		DeliverPolicy:     natsjs.DeliverByStartSequencePolicy,
 		OptStartSeq:       lo,
@@ -169,13 +169,7 @@ func (s *Store) catchUpPass(st natsjs.Stream, batch []*catchUpReq) error {
 	if err != nil {
 		return fmt.Errorf("catch-up: %w", err)
 	}
-	defer func() {
-		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PublishTimeout)
-		defer cancel()
-		if err := st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
-			s.log.Debug("jetstream: deleting a catch-up consumer", keyErr, err)
-		}
-	}()
+	defer s.deleteConsumer(st, name)
 	it, err := cons.Messages(readerPullExpiry, readerPullHeartbeat)
 	if err != nil {
 		return fmt.Errorf("catch-up: %w", err)

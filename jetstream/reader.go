@@ -371,7 +371,7 @@ func (r *Reader) subscribe(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, r.s.cfg.PublishTimeout)
 	defer cancel()
 	name := "wsgr_" + randomHex(8)
-	cons, err := r.st.CreateConsumer(ctx, natsjs.ConsumerConfig{
+	cons, err := r.s.createConsumer(ctx, r.st, natsjs.ConsumerConfig{
 		Name:              name,
 		DeliverPolicy:     natsjs.DeliverByStartSequencePolicy,
 		OptStartSeq:       r.next,
@@ -386,6 +386,7 @@ func (r *Reader) subscribe(ctx context.Context) error {
 	}
 	it, err := cons.Messages(readerPullExpiry, readerPullHeartbeat)
 	if err != nil {
+		r.deleteConsumer(name)
 		return err
 	}
 	r.mu.Lock()
@@ -658,11 +659,26 @@ func (r *Reader) release() {
 }
 
 // deleteConsumer deletes the consumer name, within PublishTimeout.
-func (r *Reader) deleteConsumer(name string) {
-	ctx, cancel := context.WithTimeout(r.s.ctx, r.s.cfg.PublishTimeout)
+func (r *Reader) deleteConsumer(name string) { r.s.deleteConsumer(r.st, name) }
+
+// createConsumer creates a consumer on st. A request that got no answer (its context ended,
+// or the connection failed) may still have made the consumer, which nobody would pull from
+// until its inactive threshold: it is deleted.
+func (s *Store) createConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error) {
+	cons, err := st.CreateConsumer(ctx, cfg)
+	var apiErr *natsjs.APIError
+	if err != nil && !errors.As(err, &apiErr) {
+		s.deleteConsumer(st, cfg.Name)
+	}
+	return cons, err
+}
+
+// deleteConsumer deletes the consumer name of st, if it is there.
+func (s *Store) deleteConsumer(st natsjs.Stream, name string) {
+	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	if err := r.st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
-		r.s.log.Debug("jetstream: deleting a reader's consumer", keyErr, err)
+	if err := st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
+		s.log.Debug("jetstream: deleting a consumer", "consumer", name, keyErr, err)
 	}
 }
 
