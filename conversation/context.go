@@ -12,6 +12,7 @@ import (
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/thread"
+	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 )
 
@@ -39,7 +40,7 @@ func (a contextAgent) Run(ctx context.Context, in *protocol.RunAgentInput, emit 
 // logs end with their terminal (withEarlierRuns), converted for the agent and merged with what
 // the run posted, cut to AgentHistoryBytes. The cut is logged at Debug and recorded on the
 // turn's span.
-func (srv *Server) agentInput(ctx context.Context, t *jetstream.Thread, in *protocol.RunAgentInput, span trace.Span, log *slog.Logger) *protocol.RunAgentInput {
+func (srv *Server) agentInput(ctx context.Context, t *threadstore.Thread, in *protocol.RunAgentInput, span trace.Span, log *slog.Logger) *protocol.RunAgentInput {
 	if t == nil {
 		log.WarnContext(ctx, "agent history: the run's thread could not be written, the agent gets the messages the run posted")
 		return in
@@ -77,14 +78,14 @@ const maxEarlierRuns = 4
 // and left out. A run of this gateway that just ended is not read: its thread log's events
 // are at hand (Server.settled). The transcript returned is only the agent's context: the
 // earlier runs are applied with FinishContext, which leaves their messages' metadata unmerged.
-func (srv *Server) withEarlierRuns(ctx context.Context, t *jetstream.Thread, in *protocol.RunAgentInput, log *slog.Logger) thread.Transcript {
+func (srv *Server) withEarlierRuns(ctx context.Context, t *threadstore.Thread, in *protocol.RunAgentInput, log *slog.Logger) thread.Transcript {
 	tr := t.Transcript
 	var earlier []string
 	for _, r := range t.Runs {
 		if r.RunID == in.RunID {
 			break
 		}
-		if r.State == jetstream.ThreadRunRunning && tr.Anchored(r.RunID) {
+		if r.State == threadstore.ThreadRunRunning && tr.Anchored(r.RunID) {
 			earlier = append(earlier, r.RunID)
 		}
 	}
@@ -109,7 +110,7 @@ func (srv *Server) withEarlierRuns(ctx context.Context, t *jetstream.Thread, in 
 			break
 		}
 		rctx, cancel := context.WithTimeout(ctx, threadTimeout)
-		entries, _, err := srv.cfg.Threads.Snapshot(rctx, t.Principal, runID)
+		entries, _, err := srv.cfg.Store.Snapshot(rctx, t.Principal, runID)
 		cancel()
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrUnknownRun) {
@@ -122,7 +123,7 @@ func (srv *Server) withEarlierRuns(ctx context.Context, t *jetstream.Thread, in 
 			if !cloned {
 				tr, cloned = tr.Clone(), true
 			}
-			if err := tr.FinishContext(runID, jetstream.Events(entries)); err != nil {
+			if err := tr.FinishContext(runID, threadstore.Events(entries)); err != nil {
 				log.WarnContext(ctx, "agent history: applying an earlier run of the thread", slog.String("earlierRunId", runID), slog.String(keyErr, err.Error()))
 			}
 		}

@@ -98,7 +98,7 @@
 // threadId and no runId on an HTTP transport is a hydrate: the thread's messages, active run
 // and pending interrupts as JSON (an unknown or foreign thread is an empty one);
 // Server.ThreadsHandler lists and deletes a principal's threads. A run that would start a
-// thread beyond the principal's (jetstream.Config.MaxThreadsPerPrincipal) ends RUN_ERROR code
+// thread beyond the principal's (threadstore.Config.MaxThreadsPerPrincipal) ends RUN_ERROR code
 // limit_exceeded (MsgTooManyThreads) right after its run.accepted, in no thread.
 //
 // With a usage ledger (Config.Usage, package usage), every turn records its run's usage once

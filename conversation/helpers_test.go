@@ -26,6 +26,7 @@ import (
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
+	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 	"github.com/wsgateway/wsgateway/usage"
 )
@@ -137,16 +138,17 @@ func abortFrame(runID string) []byte {
 
 // env is one gateway: a Store on NATS, a Server, an HTTP server.
 type env struct {
-	store  *jetstream.Store
-	srv    *conversation.Server
-	http   *httptest.Server
-	reg    *prometheus.Registry
-	ledger *usage.Ledger // envOptions.usage; nil: none
+	store   *jetstream.Store
+	threads *threadstore.Store
+	srv     *conversation.Server
+	http    *httptest.Server
+	reg     *prometheus.Registry
+	ledger  *usage.Ledger // envOptions.usage; nil: none
 }
 
 type envOptions struct {
 	natsURL           string // empty: start an embedded server
-	maxThreads        int    // the store's MaxThreadsPerPrincipal (0: no bound)
+	maxThreads        int    // the thread store's MaxThreadsPerPrincipal (0: no bound)
 	abortOnDisconnect bool
 	heartbeat         heartbeat.Config
 	queueSize         int
@@ -200,7 +202,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cfg := jetstream.Config{URLs: o.natsURL, JoinWait: 300 * time.Millisecond, Logger: slog.New(slog.DiscardHandler),
-		Retention: o.retention, LeaseTTL: o.leaseTTL, MaxThreadsPerPrincipal: o.maxThreads}
+		Retention: o.retention, LeaseTTL: o.leaseTTL}
 	if o.retention != 0 {
 		cfg.DedupWindow = o.retention / 2
 	}
@@ -210,6 +212,12 @@ func newEnv(t testing.TB, o envOptions) *env {
 	store, err := jetstream.Open(ctx, cfg)
 	if err != nil {
 		t.Fatalf("jetstream.Open() = %v", err)
+	}
+	ts, err := threadstore.Open(ctx, store, threadstore.Config{MaxThreadsPerPrincipal: o.maxThreads,
+		Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		store.Close()
+		t.Fatalf("threadstore.Open() = %v", err)
 	}
 	reg := prometheus.NewRegistry()
 	if o.heartbeat.Interval == 0 {
@@ -236,7 +244,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.wrap != nil {
 		cs = o.wrap(cs)
 	}
-	var threads conversation.Threads = store
+	var threads conversation.Threads = ts
 	if o.wrapThreads != nil {
 		threads = o.wrapThreads(threads)
 	}
@@ -295,13 +303,14 @@ func newEnv(t testing.TB, o envOptions) *env {
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Config.ReadTimeout, hs.Config.WriteTimeout = o.serverTimeout, o.serverTimeout
 	hs.Start()
-	e := &env{store: store, srv: srv, http: hs, reg: reg, ledger: ledger}
+	e := &env{store: store, threads: ts, srv: srv, http: hs, reg: reg, ledger: ledger}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 		hs.Close()
 		ledger.Close(ctx)
+		ts.Close()
 		store.Close()
 	})
 	return e

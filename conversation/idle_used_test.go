@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/heartbeat"
-	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // TestIdleAfterTurn checks that a socket idle again after a turn holds no more of the
@@ -75,8 +75,8 @@ func TestIdleAfterTurn(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	// What the thread store keeps of the threads it just wrote, for their next turns, is
-	// forgotten within jetstream.ThreadsKeptFor: no socket's.
-	time.Sleep(jetstream.ThreadsKeptFor)
+	// forgotten within threadstore.ThreadsKeptFor: no socket's.
+	time.Sleep(threadstore.ThreadsKeptFor)
 	used := gatewayHeap()
 	perFresh, perUsed := (fresh-base)/n, (used-fresh)/n
 	t.Logf("gateway heap per idle socket: fresh %d bytes, after a turn %d bytes", perFresh, perUsed)

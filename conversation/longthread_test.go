@@ -35,7 +35,7 @@ func longThread(tb testing.TB, e *env, threadID string, turns int) []time.Durati
 	}()
 	for ; k < turns; k++ {
 		if k > 0 && k%2000 == 0 {
-			th, err := e.store.Thread(context.Background(), "p1", threadID)
+			th, err := e.threads.Thread(context.Background(), "p1", threadID)
 			if err != nil {
 				tb.Fatal(err)
 			}
@@ -179,7 +179,7 @@ func BenchmarkThreadLog(b *testing.B) {
 			}
 		}
 		replyBytes := longDeltas * longDeltaBytes
-		written := e.store.ThreadBytesWritten()
+		written := e.threads.ThreadBytesWritten()
 		b.ReportMetric(float64(written)/float64(turns), "thread-bytes/turn")
 		b.ReportMetric(float64(written)/float64(turns)/float64(replyBytes), "thread-bytes/reply-bytes")
 		nc, err := nats.Connect(e.store.ClientURL())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // startAs starts a turn of runID as principal through a door: "ws" (a run frame on sock),
@@ -180,15 +181,15 @@ func TestPrincipalTurnRateRetryAfter(t *testing.T) {
 	}
 }
 
-// countedThreads counts the reads of threads and run logs, and holds each read of a thread
-// until release is closed.
+// countedThreads counts the reads of threads, and holds each read of a thread until release
+// is closed.
 type countedThreads struct {
 	threads
 	reads   *atomic.Int32
 	release chan struct{}
 }
 
-func (c countedThreads) Thread(ctx context.Context, principal, threadID string) (*jetstream.Thread, error) {
+func (c countedThreads) Thread(ctx context.Context, principal, threadID string) (*threadstore.Thread, error) {
 	c.reads.Add(1)
 	select {
 	case <-c.release:
@@ -198,9 +199,15 @@ func (c countedThreads) Thread(ctx context.Context, principal, threadID string) 
 	return c.threads.Thread(ctx, principal, threadID)
 }
 
-func (c countedThreads) Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error) {
+// countedStore counts the reads of run logs.
+type countedStore struct {
+	conversation.Store
+	reads *atomic.Int32
+}
+
+func (c countedStore) Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error) {
 	c.reads.Add(1)
-	return c.threads.Snapshot(ctx, principal, runID)
+	return c.Store.Snapshot(ctx, principal, runID)
 }
 
 // TestHydratesPerPrincipal: a principal's hydrates in progress are bounded, and a hydrate
@@ -213,7 +220,7 @@ func TestHydratesPerPrincipal(t *testing.T) {
 	e := newEnv(t, envOptions{principalHydrates: max, wrapThreads: func(th conversation.Threads) conversation.Threads {
 		held.threads = th
 		return held
-	}})
+	}, wrap: func(s conversation.Store) conversation.Store { return countedStore{s, &reads} }})
 	hydrate := func(principal string) (int, string) {
 		resp := e.httpDo(t, http.MethodGet, "/api/chat", nil, http.Header{"X-Principal": {principal}}, "threadId", "T")
 		b, _ := io.ReadAll(resp.Body)

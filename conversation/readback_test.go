@@ -13,20 +13,17 @@ import (
 	"github.com/wsgateway/wsgateway/jetstream"
 )
 
-// innerThreads is embedded under a name of its own: Threads has a method of that name.
-type innerThreads = conversation.Threads
-
-// readBackThreads counts the logs read back whole at once (Snapshot); each read takes a
+// readBackStore counts the logs read back whole at once (Snapshot); each read takes a
 // while, as a long log's does, so that reads of runs ending together overlap unless they
 // wait for each other.
-type readBackThreads struct {
-	innerThreads
+type readBackStore struct {
+	conversation.Store
 	mu            sync.Mutex
 	reading, most int
 	reads         int
 }
 
-func (r *readBackThreads) Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error) {
+func (r *readBackStore) Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error) {
 	r.mu.Lock()
 	r.reading++
 	r.most = max(r.most, r.reading)
@@ -38,10 +35,10 @@ func (r *readBackThreads) Snapshot(ctx context.Context, principal, runID string)
 		r.mu.Unlock()
 	}()
 	time.Sleep(200 * time.Millisecond)
-	return r.innerThreads.Snapshot(ctx, principal, runID)
+	return r.Store.Snapshot(ctx, principal, runID)
 }
 
-func (r *readBackThreads) counts() (reads, most int) {
+func (r *readBackStore) counts() (reads, most int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.reads, r.most
@@ -54,9 +51,9 @@ func (r *readBackThreads) counts() (reads, most int) {
 // budget, so one at a time. Every run's thread still gets its whole reply.
 func TestLongRunsEndingTogetherReadBackInTurn(t *testing.T) {
 	const runs, tokens = 4, 4000 // about 340 KB of events each, over what a run keeps
-	th := &readBackThreads{}
-	e := newEnv(t, envOptions{budget: budget.New(4 << 20), wrapThreads: func(inner conversation.Threads) conversation.Threads {
-		th.innerThreads = inner
+	th := &readBackStore{}
+	e := newEnv(t, envOptions{budget: budget.New(4 << 20), wrap: func(inner conversation.Store) conversation.Store {
+		th.Store = inner
 		return th
 	}})
 	var wg sync.WaitGroup

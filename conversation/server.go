@@ -37,6 +37,8 @@ type Store interface {
 	// LastEvent waits until runID's log is closed and returns its last event (nil: none),
 	// reading what is stored from now on and one batch, not the whole log.
 	LastEvent(ctx context.Context, principal, runID string) ([]byte, error)
+	// Snapshot returns what runID's log holds now, and whether it is closed.
+	Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error)
 	// RequestAbort asks every gateway sharing the store to abort the principal's run;
 	// OnAbort delivers those requests (this gateway's own too) for the Server's lifetime.
 	RequestAbort(principal, runID, origin string) error

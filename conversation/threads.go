@@ -18,6 +18,7 @@ import (
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/thread"
+	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // Threads keeps the principals' threads (THREADS.md sections 1 and 4): *jetstream.Store.
@@ -25,23 +26,21 @@ import (
 type Threads interface {
 	// ReadThreadAhead starts reading a thread for the AcceptRun that follows; AcceptRun
 	// records a newly accepted run in its thread and merges its input.
-	ReadThreadAhead(ctx context.Context, principal, threadID string) *jetstream.ThreadAhead
+	ReadThreadAhead(ctx context.Context, principal, threadID string) *threadstore.ThreadAhead
 	// AcceptRun returns the thread as it wrote it, which the caller does not modify.
-	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) (*jetstream.Thread, error)
+	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead) (*threadstore.Thread, error)
 	// FinishRun applies a run's stored events to its thread and records how it ended.
 	FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error
 	// Thread returns the principal's thread; Threads lists them, newest first;
 	// DeleteThread removes one with its runs' logs.
-	Thread(ctx context.Context, principal, threadID string) (*jetstream.Thread, error)
-	Threads(ctx context.Context, principal string) ([]jetstream.ThreadSummary, error)
+	Thread(ctx context.Context, principal, threadID string) (*threadstore.Thread, error)
+	Threads(ctx context.Context, principal string) ([]threadstore.ThreadSummary, error)
 	DeleteThread(ctx context.Context, principal, threadID string) error
-	// Snapshot returns what a run's log holds now.
-	Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error)
 	// ThreadPage cuts a page of a thread's messages, its hot tail as hot, reading the
 	// records it reaches; SealedMessages returns the newest of the messages the thread's
 	// records hold, at least budget bytes of them (all for budget <= 0).
-	ThreadPage(ctx context.Context, t *jetstream.Thread, hot []thread.Message, limit int, before string) ([]thread.Message, string, error)
-	SealedMessages(ctx context.Context, t *jetstream.Thread, budget int) ([]thread.Message, error)
+	ThreadPage(ctx context.Context, t *threadstore.Thread, hot []thread.Message, limit int, before string) ([]thread.Message, string, error)
+	SealedMessages(ctx context.Context, t *threadstore.Thread, budget int) ([]thread.Message, error)
 }
 
 // threadTimeout bounds a thread update of a turn's start or end, and a hydrate's reads.
@@ -61,12 +60,12 @@ type threadLog struct {
 	log                        *slog.Logger
 	accepted                   chan struct{} // closed once the thread was written (or its first try failed), and the run announced
 	// overLimit is set, before accepted is closed, when the run would start a thread beyond
-	// the principal's (jetstream.ErrThreadLimit): the turn is refused, and nothing announced.
+	// the principal's (threadstore.ErrThreadLimit): the turn is refused, and nothing announced.
 	overLimit atomic.Bool
 	landed    chan struct{} // closed once the thread was written, or the server stopped trying
 	// written is the thread as the first try of the run's acceptance wrote it (nil: that try
 	// failed), set before accepted is closed: the run's agent takes its context from it.
-	written *jetstream.Thread
+	written *threadstore.Thread
 
 	// The events appended, kept while they fit in threadEventsMemory bytes: the run's end
 	// builds its thread from them; a longer run's end reads its log back.
@@ -112,7 +111,7 @@ func (l *threadLog) Append(event []byte, stored func(offset string, err error)) 
 // run's log was created), at the same time as the run's first event is stored; the run is
 // announced once its thread is written. The write waits for no event: a new run's first
 // event is stored in the write's round trip.
-func (srv *Server) newThreadLog(w *jetstream.Writer, s *slot, in *protocol.RunAgentInput, ahead *jetstream.ThreadAhead, log *slog.Logger) *threadLog {
+func (srv *Server) newThreadLog(w *jetstream.Writer, s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, log *slog.Logger) *threadLog {
 	l := &threadLog{Writer: w, srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log,
 		accepted: make(chan struct{}), landed: make(chan struct{})}
 	go func() {
@@ -130,7 +129,7 @@ func (srv *Server) newThreadLog(w *jetstream.Writer, s *slot, in *protocol.RunAg
 		first := true
 		srv.untilLanded(log, "recording the run in its thread", func(ctx context.Context) error {
 			t, err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, in.JSON(), ahead)
-			if errors.Is(err, jetstream.ErrThreadLimit) {
+			if errors.Is(err, threadstore.ErrThreadLimit) {
 				log.Info("run refused: max-threads-per-principal")
 				srv.cfg.Metrics.LimitRefused(metrics.LimitPrincipalThreads)
 				l.overLimit.Store(true)
@@ -229,11 +228,11 @@ func (l *threadLog) finish(ctx context.Context) error {
 	events, over := l.events, l.over
 	l.mu.Unlock()
 	if over {
-		entries, _, err := l.srv.cfg.Threads.Snapshot(ctx, l.principal, l.runID)
+		entries, _, err := l.srv.cfg.Store.Snapshot(ctx, l.principal, l.runID)
 		if err != nil {
 			return err
 		}
-		events = jetstream.Events(entries) // charged by reserveReadBack
+		events = threadstore.Events(entries) // charged by reserveReadBack
 	}
 	return l.srv.cfg.Threads.FinishRun(ctx, l.principal, l.threadID, l.runID, events)
 }
@@ -307,20 +306,20 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 	defer cancel()
 	if t := srv.thread(ctx, principal, threadID); t != nil {
 		if runID := t.ActiveRun(); runID != "" {
-			entries, closed, err := srv.cfg.Threads.Snapshot(ctx, principal, runID)
+			entries, closed, err := srv.cfg.Store.Snapshot(ctx, principal, runID)
 			defer srv.charge(entries)()
 			switch {
 			case err == nil && closed:
 				// The run ended and its gateway did not finish its thread (it stopped
 				// meanwhile): finish it here, as it would have.
-				events := jetstream.Events(entries)
+				events := threadstore.Events(entries)
 				if err := srv.cfg.Threads.FinishRun(ctx, principal, threadID, runID, events); err != nil {
 					srv.log.Warn("hydrate: finishing an ended run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 				} else if t = srv.thread(ctx, principal, threadID); t == nil {
-					t = &jetstream.Thread{}
+					t = &threadstore.Thread{}
 				}
 			case err == nil:
-				t.Transcript.Messages = t.Active(runID, jetstream.Events(entries))
+				t.Transcript.Messages = t.Active(runID, threadstore.Events(entries))
 				ans.ActiveRun = &runRef{runID}
 			case !errors.Is(err, jetstream.ErrUnknownRun):
 				srv.log.Warn("hydrate: reading the active run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
@@ -350,13 +349,13 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 
 // thread returns the principal's thread, nil when it has none (or threads are off, or the
 // store failed: logged).
-func (srv *Server) thread(ctx context.Context, principal, threadID string) *jetstream.Thread {
+func (srv *Server) thread(ctx context.Context, principal, threadID string) *threadstore.Thread {
 	if srv.cfg.Threads == nil || threadID == "" {
 		return nil
 	}
 	t, err := srv.cfg.Threads.Thread(ctx, principal, threadID)
 	if err != nil {
-		if !errors.Is(err, jetstream.ErrUnknownThread) {
+		if !errors.Is(err, threadstore.ErrUnknownThread) {
 			srv.log.Warn("reading a thread", slog.String(keyErr, err.Error()))
 		}
 		return nil
@@ -403,7 +402,7 @@ func (srv *Server) serveThreads(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodDelete {
 		err := srv.cfg.Threads.DeleteThread(ctx, principal, r.PathValue("threadId"))
 		switch {
-		case errors.Is(err, jetstream.ErrUnknownThread):
+		case errors.Is(err, threadstore.ErrUnknownThread):
 			writeJSONError(w, http.StatusNotFound, "unknown thread")
 		case err != nil:
 			srv.log.Warn("deleting a thread", slog.String(keyErr, err.Error()))
@@ -453,7 +452,7 @@ func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.00
 
 // compareSummaries orders threads as Threads lists them: most recently updated first, ties
 // by threadId.
-func compareSummaries(a, b jetstream.ThreadSummary) int {
+func compareSummaries(a, b threadstore.ThreadSummary) int {
 	if c := b.Updated.Compare(a.Updated); c != 0 {
 		return c
 	}
@@ -461,22 +460,22 @@ func compareSummaries(a, b jetstream.ThreadSummary) int {
 }
 
 // A thread list's cursor is the position of the page's last thread: its update time and id.
-func encodeThreadCursor(t jetstream.ThreadSummary) string {
+func encodeThreadCursor(t threadstore.ThreadSummary) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(t.Updated.UTC().Format(time.RFC3339Nano) + "\n" + t.ThreadID))
 }
 
-func decodeThreadCursor(c string) (jetstream.ThreadSummary, bool) {
+func decodeThreadCursor(c string) (threadstore.ThreadSummary, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil || c == "" {
-		return jetstream.ThreadSummary{}, false
+		return threadstore.ThreadSummary{}, false
 	}
 	at, id, ok := strings.Cut(string(b), "\n")
 	if !ok {
-		return jetstream.ThreadSummary{}, false
+		return threadstore.ThreadSummary{}, false
 	}
 	ts, err := time.Parse(time.RFC3339Nano, at)
 	if err != nil {
-		return jetstream.ThreadSummary{}, false
+		return threadstore.ThreadSummary{}, false
 	}
-	return jetstream.ThreadSummary{ThreadID: id, Updated: ts}, true
+	return threadstore.ThreadSummary{ThreadID: id, Updated: ts}, true
 }

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // threadFrame is a run frame of thread threadID whose messages are (id, text) user messages.
@@ -117,7 +117,7 @@ type heldThreads struct {
 // threads names the embedded Threads of a wrapper, whose method Threads it would hide.
 type threads = conversation.Threads
 
-func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) (*jetstream.Thread, error) {
+func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead) (*threadstore.Thread, error) {
 	select {
 	case <-h.release:
 	case <-ctx.Done():

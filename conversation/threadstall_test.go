@@ -11,7 +11,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
-	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // threadStall is how long NATS stalls in TestThreadRunAcrossNATSStall: longer than a thread
@@ -26,7 +26,7 @@ type stallOnAccept struct {
 	once  *sync.Once
 }
 
-func (s stallOnAccept) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *jetstream.ThreadAhead) (*jetstream.Thread, error) {
+func (s stallOnAccept) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead) (*threadstore.Thread, error) {
 	s.once.Do(s.stall)
 	return s.threads.AcceptRun(ctx, principal, threadID, runID, input, ahead)
 }

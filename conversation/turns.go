@@ -16,6 +16,7 @@ import (
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
+	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 	"github.com/wsgateway/wsgateway/usage"
 )
@@ -329,7 +330,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	// first event is delivered, and the run announced to the thread's followers, once the
 	// write is done. A client that received an event and then hydrates finds the run
 	// active, or finished.
-	var ahead *jetstream.ThreadAhead
+	var ahead *threadstore.ThreadAhead
 	threaded := srv.cfg.Threads != nil && req.in.ThreadID != ""
 	if threaded {
 		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)

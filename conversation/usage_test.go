@@ -11,7 +11,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/internal/testenv"
-	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/usage"
 )
 
@@ -59,9 +59,9 @@ func TestBudgetEveryDoor(t *testing.T) {
 	}
 	// The thread records how each refused run ended, once each run's finish lands (after
 	// its log's close, which the clients above saw).
-	var runs []jetstream.ThreadRun
+	var runs []threadstore.ThreadRun
 	recorded := func() bool {
-		th, err := e.store.Thread(context.Background(), "p1", "T")
+		th, err := e.threads.Thread(context.Background(), "p1", "T")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,8 @@ import (
 
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/internal/bucket"
 )
 
 // Errors of the store, each answered with one HTTP status by the handler.
@@ -192,13 +194,7 @@ func newStore(ctx context.Context, cfg Config) (*store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("durable: stream %s: %w", cfg.Stream, err)
 	}
-	s.kv, err = s.js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
-		Bucket:   cfg.Bucket,
-		History:  1,
-		TTL:      cfg.Retention,
-		Storage:  natsjs.FileStorage,
-		Replicas: cfg.Replicas,
-	})
+	s.kv, err = s.js.CreateOrUpdateKeyValue(ctx, bucket.Config(cfg.Bucket, cfg.Retention, cfg.Replicas))
 	if err != nil {
 		return nil, fmt.Errorf("durable: bucket %s: %w", cfg.Bucket, err)
 	}

@@ -9,13 +9,15 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // restartableServer starts a NATS server a test can shut down and start again on the same
-// port and store (startServer(t, opts)), and returns a store's config for it.
+// port and store (testenv.StartNATS(t, opts)), and returns a store's config for it.
 func restartableServer(t *testing.T) (server.Options, *server.Server, Config) {
 	opts := server.Options{Port: freePort(t), StoreDir: t.TempDir()}
-	ns := startServer(t, opts)
+	ns := testenv.StartNATS(t, opts)
 	cfg := testConfig(t)
 	cfg.URLs = ns.ClientURL()
 	return opts, ns, cfg
@@ -99,7 +101,7 @@ func TestBacklogBound(t *testing.T) {
 		defer cancel()
 		waited <- w1.WaitRoom(wctx)
 	}()
-	startServer(t, opts)
+	testenv.StartNATS(t, opts)
 	if err := <-waited; err != nil {
 		t.Fatalf("WaitRoom after the outage = %v", err)
 	}
@@ -164,7 +166,7 @@ func TestBacklogChargesBatchInFlight(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	startServer(t, opts)
+	testenv.StartNATS(t, opts)
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}

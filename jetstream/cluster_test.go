@@ -14,6 +14,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // startCluster starts three JetStream servers routed to each other on loopback, each storing
@@ -27,7 +28,7 @@ func startCluster(tb testing.TB) []*server.Server {
 	}
 	var nodes []*server.Server
 	for i, p := range ports {
-		nodes = append(nodes, startServer(tb, server.Options{
+		nodes = append(nodes, testenv.StartNATS(tb, server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
 			StoreDir:   tb.TempDir(),
 			Cluster:    server.ClusterOpts{Name: "wsgateway-test", Host: "127.0.0.1", Port: p},
@@ -154,7 +155,7 @@ func startFaultCluster(tb testing.TB) *faultCluster {
 		routes = append(routes, "nats-route://"+fc.route[i].Addr())
 	}
 	for i := range 3 {
-		n := startServer(tb, server.Options{
+		n := testenv.StartNATS(tb, server.Options{
 			ServerName:      fmt.Sprintf("n%d", i+1),
 			ClientAdvertise: fc.client[i].Addr(),
 			StoreDir:        tb.TempDir(),
@@ -667,7 +668,7 @@ func TestProvisionWaitsForPeers(t *testing.T) {
 	go func() {
 		defer close(joined)
 		time.Sleep(time.Second)
-		startServer(t, server.Options{
+		testenv.StartNATS(t, server.Options{
 			ServerName: "n4",
 			Tags:       jwt.TagList{"late"},
 			StoreDir:   t.TempDir(),

@@ -26,13 +26,10 @@
 //     receives those announcements (<ThreadPrefix>.<key>); Store.QueryThread asks every store
 //     which runs of a thread run now (<ThreadPrefix>.query), which Store.OnThreadQuery
 //     answers. Core NATS, at most once: a follower subscribes first, then queries.
-//   - Threads (threads.go): Store.AcceptRun records a run accepted in its thread and merges
-//     its input into the transcript (package thread), from the thread Store.ReadThreadAhead
-//     read while the run's log was created; Store.FinishRun applies the run's log and records
-//     how it ended. Each is a compare-and-set on the thread's value; a store's updates of one
-//     thread go one at a time, each from the value the previous wrote. Store.Thread,
-//     Store.Threads and Store.DeleteThread read, list and delete a principal's threads (a
-//     delete purges its runs' logs and metadata too).
+//   - Store.OnRunClosed hands another service of the process (package threadstore) every run
+//     closed for a producer that is gone; Store.DeleteRun removes a run's log and metadata;
+//     Store.Conn, Store.JetStream, Store.Provision and Store.Elected let such a service keep
+//     its data beside the run logs, on the same connection, with the same retries.
 //
 // # Layout on JetStream
 //
@@ -50,17 +47,6 @@
 // in Wsg-After, the sequence of the log's message before it (its terminal's batch). Run
 // metadata (RunInfo) and leases live in KV buckets keyed by a hash of the runId alone: a
 // runId belongs to at most one principal.
-//
-// Threads live in a third KV bucket (Config.ThreadBucket, TTL Config.ThreadRetention), each a
-// log (docs/THREADS.md, "How a thread is stored"): a head under the key "<hash of the principal>.<hash of
-// principal and threadId>" (so that a principal's threads are listed by a key filter and no key
-// reveals a principal or a threadId) holds the thread's runs, title, times and the messages that
-// may still change, and is written by compare-and-set on its revision (retried on a conflict:
-// two gateways lose no update, a reader never sees half of one), with what a list shows in a
-// header. Settled messages are sealed into records written once below the thread's key, named by
-// the head and by segments of 16 records. A
-// value or record too large for one message is written across parts, keys "<key>.<write's
-// id>.<i>" whose values, concatenated, are its JSON. No message is left out.
 //
 // # Invariants
 //
@@ -128,10 +114,9 @@
 //     once. A consumer filtered to one run walks the other runs' messages between two of its
 //     own under the stream store's lock: a thousand at once (every client of a dead gateway
 //     resuming) starved the stream's writes, the reaper's producer_lost included.
-//   - The reaper finishes the thread of every run it closes (FinishRun from the closed log),
-//     since the run's producer, which would have, is gone: in the background, once its pass
-//     has closed the logs of all the runs it found expired, so that each gets its terminal
-//     first.
+//   - The reaper hands every run it closes to the OnRunClosed handler (which finishes its
+//     thread, since the run's producer, which would have, is gone) once its pass has closed
+//     the logs of all the runs it found expired, so that each gets its terminal first.
 //   - Retention is the stream's MaxAge and the buckets' TTL; a read of an aged-out or unknown
 //     run fails at once with ErrUnknownRun.
 package jetstream

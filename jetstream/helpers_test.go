@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats-server/v2/server"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.uber.org/goleak"
 )
@@ -52,29 +51,6 @@ func freePort(tb testing.TB) int {
 	}
 	defer ln.Close()
 	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// startServer starts a JetStream server on loopback storing in dir, shut down at the end of
-// the test (Shutdown is idempotent, so tests may stop it earlier).
-func startServer(tb testing.TB, opts server.Options) *server.Server {
-	tb.Helper()
-	opts.Host = "127.0.0.1"
-	if opts.Port == 0 {
-		opts.Port = server.RANDOM_PORT
-	}
-	opts.JetStream = true
-	opts.NoSigs = true
-	opts.NoLog = true
-	ns, err := server.NewServer(&opts)
-	if err != nil {
-		tb.Fatalf("NewServer: %v", err)
-	}
-	ns.Start()
-	if !ns.ReadyForConnections(20 * time.Second) {
-		tb.Fatal("server not ready")
-	}
-	tb.Cleanup(func() { ns.Shutdown(); ns.WaitForShutdown() })
-	return ns
 }
 
 func event(run string, i int) []byte {

@@ -18,6 +18,7 @@ import (
 	nats "github.com/nats-io/nats.go"
 
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
+	"github.com/wsgateway/wsgateway/internal/testenv"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -248,7 +249,7 @@ func TestCloseTimeoutReleasesLease(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	entries, closed, err := b.Snapshot(ctx, "alice", "close-timeout")
-	if err != nil || !closed || len(entries) != n+1 || string(entries[n].Event) != string(producerLost) {
+	if err != nil || !closed || len(entries) != n+1 || string(entries[n].Event) != string(ProducerLost) {
 		t.Fatalf("Snapshot = %d entries, closed %v, %v; want %d events, producer_lost, closed", len(entries), closed, err, n)
 	}
 }
@@ -257,7 +258,7 @@ func TestCloseTimeoutReleasesLease(t *testing.T) {
 // the current attempt's, as after a reconnection, when nats.go sends every buffered request at
 // once: the current answer is not lost to a full channel, and the publish succeeds.
 func TestAcksLateAnswersBurst(t *testing.T) {
-	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
+	ns := testenv.StartNATS(t, server.Options{StoreDir: t.TempDir()})
 	var down atomic.Bool
 	px := tcpproxy.Start(t, strings.TrimPrefix(ns.ClientURL(), "nats://"), func([]byte) bool { return down.Load() })
 	cfg := testConfig(t)

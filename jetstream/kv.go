@@ -9,7 +9,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 )
 
-// electedKV is a KV bucket whose reads and writes wait out a leader election. Each attempt is
+// ElectedKV is a KV bucket whose reads and writes wait out a leader election. Each attempt is
 // bounded by the publish timeout: a request sent while the bucket's lost leader is still
 // believed alive is answered by no one, and would otherwise wait as long as the caller's
 // context. A request no stream leader heard (no responders: the next leader is not elected
@@ -20,14 +20,18 @@ import (
 // client's default timeout bounded it). A conditional write whose retry is refused (the key
 // changed, or exists) may have been applied by the attempt that timed out: it succeeded if the
 // key now holds the value it wrote (a delete: if the key is gone).
-type electedKV struct {
+type ElectedKV struct {
 	natsjs.KeyValue
 	s *Store
 }
 
-func (k electedKV) Get(ctx context.Context, key string) (natsjs.KeyValueEntry, error) {
+// Elected returns kv, a bucket on the store's connection, with its reads and writes waiting
+// out elections as the store's own buckets do.
+func (s *Store) Elected(kv natsjs.KeyValue) ElectedKV { return ElectedKV{kv, s} }
+
+func (k ElectedKV) Get(ctx context.Context, key string) (natsjs.KeyValueEntry, error) {
 	var e natsjs.KeyValueEntry
-	_, err := k.retry(ctx, func(ctx context.Context) (uint64, error) {
+	_, err := k.Retry(ctx, func(ctx context.Context) (uint64, error) {
 		var err error
 		e, err = k.KeyValue.Get(ctx, key)
 		return 0, err
@@ -35,22 +39,22 @@ func (k electedKV) Get(ctx context.Context, key string) (natsjs.KeyValueEntry, e
 	return e, err
 }
 
-func (k electedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
-	return k.retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Put(ctx, key, value) }, nil)
+func (k ElectedKV) Put(ctx context.Context, key string, value []byte) (uint64, error) {
+	return k.Retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Put(ctx, key, value) }, nil)
 }
 
-func (k electedKV) Create(ctx context.Context, key string, value []byte, opts ...natsjs.KVCreateOpt) (uint64, error) {
-	return k.retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Create(ctx, key, value, opts...) },
-		k.holds(key, value))
+func (k ElectedKV) Create(ctx context.Context, key string, value []byte, opts ...natsjs.KVCreateOpt) (uint64, error) {
+	return k.Retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Create(ctx, key, value, opts...) },
+		k.Holds(key, value))
 }
 
-func (k electedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
-	return k.retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Update(ctx, key, value, revision) },
-		k.holds(key, value))
+func (k ElectedKV) Update(ctx context.Context, key string, value []byte, revision uint64) (uint64, error) {
+	return k.Retry(ctx, func(ctx context.Context) (uint64, error) { return k.KeyValue.Update(ctx, key, value, revision) },
+		k.Holds(key, value))
 }
 
-func (k electedKV) Delete(ctx context.Context, key string, opts ...natsjs.KVDeleteOpt) error {
-	_, err := k.retry(ctx, func(ctx context.Context) (uint64, error) { return 0, k.KeyValue.Delete(ctx, key, opts...) },
+func (k ElectedKV) Delete(ctx context.Context, key string, opts ...natsjs.KVDeleteOpt) error {
+	_, err := k.Retry(ctx, func(ctx context.Context) (uint64, error) { return 0, k.KeyValue.Delete(ctx, key, opts...) },
 		func(ctx context.Context) (uint64, bool) {
 			_, err := k.KeyValue.Get(ctx, key)
 			return 0, errors.Is(err, natsjs.ErrKeyNotFound)
@@ -58,8 +62,8 @@ func (k electedKV) Delete(ctx context.Context, key string, opts ...natsjs.KVDele
 	return err
 }
 
-// holds returns a check that the key holds value, and at which revision.
-func (k electedKV) holds(key string, value []byte) func(context.Context) (uint64, bool) {
+// Holds returns a check that the key holds value, and at which revision.
+func (k ElectedKV) Holds(key string, value []byte) func(context.Context) (uint64, bool) {
 	return func(ctx context.Context) (uint64, bool) {
 		e, err := k.KeyValue.Get(ctx, key)
 		if err != nil || !bytes.Equal(e.Value(), value) {
@@ -69,10 +73,10 @@ func (k electedKV) holds(key string, value []byte) func(context.Context) (uint64
 	}
 }
 
-// retry runs op, each attempt bounded by the publish timeout, until it is answered, ctx or
+// Retry runs op, each attempt bounded by the publish timeout, until it is answered, ctx or
 // the store ends, or the horizon of publish retries passes. applied, when set, tells whether
 // a refused write was applied by an earlier attempt that went unanswered.
-func (k electedKV) retry(ctx context.Context, op func(context.Context) (uint64, error), applied func(context.Context) (uint64, bool)) (uint64, error) {
+func (k ElectedKV) Retry(ctx context.Context, op func(context.Context) (uint64, error), applied func(context.Context) (uint64, bool)) (uint64, error) {
 	deadline := time.Now().Add(k.s.cfg.DedupWindow - k.s.cfg.PublishTimeout)
 	backoff := 100 * time.Millisecond
 	unanswered := false
@@ -102,5 +106,5 @@ func (k electedKV) retry(ctx context.Context, op func(context.Context) (uint64, 
 
 // refused reports whether a conditional write was refused for the key's state.
 func refused(err error) bool {
-	return isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists)
+	return IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists)
 }

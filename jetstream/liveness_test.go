@@ -93,7 +93,7 @@ func TestLivenessCostsPerStore(t *testing.T) {
 	t.Logf("the %d runs of the dead store were all reaped %v after it died (lease TTL %v)", runs, time.Since(died).Round(time.Millisecond), cfg.LeaseTTL)
 	for i := range runs {
 		entries, closed, err := a.Snapshot(ctx, "alice", fmt.Sprintf("b-%d", i))
-		if err != nil || !closed || len(entries) != 2 || string(entries[1].Event) != string(producerLost) {
+		if err != nil || !closed || len(entries) != 2 || string(entries[1].Event) != string(ProducerLost) {
 			t.Fatalf("log of b-%d = %d entries, closed %v, %v; want its event then producer_lost", i, len(entries), closed, err)
 		}
 	}

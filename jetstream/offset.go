@@ -10,8 +10,10 @@ import (
 	"strconv"
 )
 
-// keyEncoding spells hashes with characters valid in subjects and KV keys.
-var keyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
+// KeyEncoding spells hashes with characters valid in subjects and KV keys.
+// KeyEncoding encodes the hashes that name runs, threads and their keys: lower-case base32,
+// valid in a NATS subject and a KV key.
+var KeyEncoding = base32.NewEncoding("abcdefghijklmnopqrstuvwxyz234567").WithPadding(base32.NoPadding)
 
 // runKey names a run's metadata and lease. It depends on the runId only: runIds are one
 // namespace across principals, so a second principal's Create can be refused.
@@ -19,30 +21,30 @@ func runKey(runID string) string {
 	h := sha256.New()
 	h.Write([]byte("run\x00"))
 	h.Write([]byte(runID))
-	return keyEncoding.EncodeToString(h.Sum(nil))
+	return KeyEncoding.EncodeToString(h.Sum(nil))
 }
 
 // liveKey names a store's liveness key in the lease bucket. Its "live." prefix tells it from
 // run keys, which have no dot.
 func liveKey(owner string) string {
 	h := sha256.Sum256([]byte("live\x00" + owner))
-	return "live." + keyEncoding.EncodeToString(h[:])
+	return "live." + KeyEncoding.EncodeToString(h[:])
 }
 
 // logKey names a run's subject.
-func logKey(principal, runID string) string { return pairKey("log", principal, runID) }
+func logKey(principal, runID string) string { return PairKey("log", principal, runID) }
 
-// pairKey hashes (principal, id) in the domain kind. It is injective in the pair up to SHA-256
+// PairKey hashes (principal, id) in the domain kind. It is injective in the pair up to SHA-256
 // collisions: the principal is length-delimited, so no two pairs hash the same input, and any
 // bytes of either map to 52 subject-safe characters.
-func pairKey(kind, principal, id string) string {
+func PairKey(kind, principal, id string) string {
 	h := sha256.New()
 	var n [binary.MaxVarintLen64]byte
 	h.Write([]byte(kind + "\x00"))
 	h.Write(n[:binary.PutUvarint(n[:], uint64(len(principal)))])
 	h.Write([]byte(principal))
 	h.Write([]byte(id))
-	return keyEncoding.EncodeToString(h.Sum(nil))
+	return KeyEncoding.EncodeToString(h.Sum(nil))
 }
 
 // offsetTag binds offsets to one run of one stream epoch: an offset of another run, or of a

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // TestOutageSparesLiveProducers: NATS is away for several lease TTLs while a run is
@@ -37,7 +39,7 @@ func TestOutageSparesLiveProducers(t *testing.T) {
 	done := make(chan []result, 1)
 	go func() { done <- appendAll(t, w, events[10:20]) }()
 	time.Sleep(3 * cfg.LeaseTTL)
-	startServer(t, opts)
+	testenv.StartNATS(t, opts)
 	for i, r := range <-done {
 		if r.err != nil {
 			t.Fatalf("append %d across the outage: %v", 10+i, r.err)
@@ -68,7 +70,7 @@ func TestOutageSparesLiveProducers(t *testing.T) {
 // end, release theirs at once: many more reads than the cap, one after another, all succeed.
 func TestReadersReleaseConsumers(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.URLs = startServer(t, server.Options{StoreDir: t.TempDir()}).ClientURL()
+	cfg.URLs = testenv.StartNATS(t, server.Options{StoreDir: t.TempDir()}).ClientURL()
 	s := openStore(t, cfg)
 	ctx := context.Background()
 	w, err := s.Create(ctx, "alice", "many-readers", "t")

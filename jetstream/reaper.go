@@ -16,8 +16,9 @@ import (
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
-// producerLost is the terminal event the reaper appends to a log whose producer died.
-var producerLost = []byte(`{"type":"RUN_ERROR","message":"producer lost","code":"producer_lost"}`)
+// ProducerLost is the terminal event the reaper appends to a log whose producer died.
+// ProducerLost is the terminal the reaper stores in the log of a run whose producer is gone.
+var ProducerLost = []byte(`{"type":"RUN_ERROR","message":"producer lost","code":"producer_lost"}`)
 
 // renewInterval is how often a store renews its liveness key: a fifth of the lease TTL, so
 // that a store paused (a collection, a stalled connection) for up to four fifths of it loses
@@ -71,7 +72,7 @@ func (s *Store) releaseLeases() {
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PublishTimeout)
 		_, err := s.leases.Update(ctx, key, released, rev)
 		cancel()
-		if err != nil && !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		if err != nil && !IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
 			return // JetStream does not answer: the next tick retries
 		}
 		s.mu.Lock()
@@ -260,7 +261,7 @@ func (s *Store) reap(ctx context.Context, seen, live map[string]leaseSeen) {
 			seen[j.key] = leaseSeen{expires: now + s.cfg.LeaseTTL.Milliseconds(), revision: claimed[i]}
 		}
 	}
-	s.finishQueued()
+	s.closedQueued()
 }
 
 // reapConcurrency bounds the runs one reaper claims and closes (or takes over) at once. Each
@@ -281,7 +282,7 @@ type reapJob struct {
 func (s *Store) claimAndReap(ctx context.Context, j reapJob) (uint64, error) {
 	claim := mustJSON(lease{Owner: s.cfg.Owner + " reaper", Expires: time.Now().Add(s.cfg.LeaseTTL).UnixMilli()})
 	rev, err := s.leases.Update(ctx, j.key, claim, j.revision)
-	if isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound) {
+	if IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound) {
 		return 0, nil // renewed or claimed meanwhile: the watcher brings the news
 	}
 	if err != nil {
@@ -304,7 +305,7 @@ func (s *Store) declareDead(ctx context.Context, k string, live map[string]lease
 	}
 	rev, err := s.leases.Update(ctx, k, mustJSON(lease{Owner: s.cfg.Owner + " reaper"}), seen.revision)
 	if err != nil {
-		if !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
+		if !IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
 			s.jsFailed()
 		}
 		return false
@@ -372,7 +373,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 				if err := s.closeRun(ctx, key, info, e.Revision(), leaseRev); err != nil {
 					return err
 				}
-				s.finishLater(info)
+				s.closedLater(info)
 				return nil
 			}
 			last = m.Sequence
@@ -401,7 +402,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 		}
 		seq := last
 		if !terminal {
-			seq, err = s.publishAfter(ctx, a, sh.stream, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{producerLost}), "")
+			seq, err = s.publishAfter(ctx, a, sh.stream, subject, info.Generation, last, id, encodeBatch(nil, [][]byte{ProducerLost}), "")
 			if errors.Is(err, ErrFenced) {
 				continue
 			}
@@ -422,7 +423,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 			f()
 		}
 		// The producer died before it finished the run's thread: its log says how it ended.
-		s.finishLater(info)
+		s.closedLater(info)
 		return nil
 	}
 	return errors.New("log keeps moving")
@@ -431,7 +432,7 @@ func (s *Store) reapRun(ctx context.Context, key string, leaseRev uint64) error 
 // dropLease removes a lease left by a run that is closed or gone.
 func (s *Store) dropLease(ctx context.Context, key string, rev uint64) error {
 	err := s.leases.Delete(ctx, key, natsjs.LastRevision(rev))
-	if err != nil && !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
+	if err != nil && !IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
 		return err
 	}
 	return nil
@@ -449,4 +450,35 @@ func endsWithTerminal(m *natsjs.RawStreamMsg) bool {
 	}
 	_, ended := protocol.EndOf(events[len(events)-1])
 	return ended
+}
+
+// OnRunClosed makes f the handler of every run this store closed for a producer that is gone:
+// reaped, or taken over and closed by the writer that took it (the first producer would have
+// finished what it kept beside the log, a thread). The reaper calls f once its pass has closed
+// the logs of all the runs it found expired, so that each gets its terminal first. f must not
+// block.
+func (s *Store) OnRunClosed(f func(RunInfo)) {
+	s.mu.Lock()
+	s.runClosed = f
+	s.mu.Unlock()
+}
+
+// closedLater queues a run closed for a producer that is gone, for closedQueued.
+func (s *Store) closedLater(info RunInfo) {
+	s.mu.Lock()
+	if s.runClosed != nil {
+		s.toFinish = append(s.toFinish, info)
+	}
+	s.mu.Unlock()
+}
+
+// closedQueued hands the runs closedLater queued to the OnRunClosed handler.
+func (s *Store) closedQueued() {
+	s.mu.Lock()
+	infos, f := s.toFinish, s.runClosed
+	s.toFinish = nil
+	s.mu.Unlock()
+	for _, info := range infos {
+		f(info)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
 	"github.com/wsgateway/wsgateway/budget"
+	"github.com/wsgateway/wsgateway/internal/bucket"
 )
 
 // Errors returned by the store. Callers compare with errors.Is.
@@ -66,19 +67,11 @@ type Config struct {
 	// MetaBucket and LeaseBucket name the KV buckets of run metadata and producer leases
 	// (defaults "wsgateway_runs" and "wsgateway_leases").
 	MetaBucket, LeaseBucket string
-	// ThreadBucket names the KV bucket of threads (default "wsgateway_threads").
-	ThreadBucket string
 	// Replicas of the stream and buckets (default 1).
 	Replicas int
 
 	// Retention is how long logs and metadata are kept (default 24h).
 	Retention time.Duration
-	// ThreadRetention is how long a thread is kept after its last update (default 30 days),
-	// independently of its runs' logs.
-	ThreadRetention time.Duration
-	// MaxThreadsPerPrincipal bounds the threads one principal has: a run that would start
-	// another is refused (ErrThreadLimit). 0: no bound.
-	MaxThreadsPerPrincipal int
 	// DedupWindow is the stream's duplicate window, the horizon of publish retries
 	// (default 30s).
 	DedupWindow time.Duration
@@ -148,7 +141,6 @@ func (c Config) withDefaults() (Config, error) {
 	def(&c.ThreadPrefix, "wsgateway.thread")
 	def(&c.MetaBucket, "wsgateway_runs")
 	def(&c.LeaseBucket, "wsgateway_leases")
-	def(&c.ThreadBucket, "wsgateway_threads")
 	if c.Replicas == 0 {
 		c.Replicas = 1
 	}
@@ -156,7 +148,6 @@ func (c Config) withDefaults() (Config, error) {
 		c.Streams = 1
 	}
 	defd(&c.Retention, 24*time.Hour)
-	defd(&c.ThreadRetention, DefaultThreadRetention)
 	defd(&c.DedupWindow, 30*time.Second)
 	defd(&c.PublishTimeout, 5*time.Second)
 	defd(&c.LeaseTTL, 15*time.Second)
@@ -189,23 +180,18 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("jetstream: replicas %d out of 1..5", c.Replicas)
 	case c.Streams < 1 || c.Streams > maxStreams:
 		return c, fmt.Errorf("jetstream: streams %d out of 1..%d", c.Streams, maxStreams)
-	case c.Retention < 0 || c.ThreadRetention < 0 || c.DedupWindow < 0 || c.LeaseTTL < 0 || c.ReapInterval < 0 ||
+	case c.Retention < 0 || c.DedupWindow < 0 || c.LeaseTTL < 0 || c.ReapInterval < 0 ||
 		c.JoinWait < 0 || c.PublishTimeout < 0:
 		return c, errors.New("jetstream: negative duration in config")
 	case c.DedupWindow > c.Retention:
 		return c, errors.New("jetstream: dedup window longer than retention")
 	case c.MaxBatchBytes < 1024:
 		return c, errors.New("jetstream: max batch bytes below 1 KiB")
-	case c.MaxThreadsPerPrincipal < 0:
-		return c, errors.New("jetstream: negative max threads per principal")
 	case c.MaxRunBacklog < 0 || c.MaxBacklog < 0:
 		return c, errors.New("jetstream: negative backlog bound")
 	}
 	return c, nil
 }
-
-// DefaultThreadRetention is how long a thread is kept after its last update by default.
-const DefaultThreadRetention = 30 * 24 * time.Hour
 
 // Defaults of the backlog bounds. A run's 8 MiB holds some seconds of the fastest agent's
 // output (the demo agent at full speed, token events of about 100 bytes): more would only
@@ -268,9 +254,7 @@ type Store struct {
 	js     natsjs.JetStream
 	meta   natsjs.KeyValue
 	leases natsjs.KeyValue
-	// threads holds one value per thread (threads.go).
-	threads natsjs.KeyValue
-	log     *slog.Logger
+	log    *slog.Logger
 
 	ctx    context.Context // canceled by Close: aborts background work and retries
 	cancel context.CancelFunc
@@ -306,32 +290,18 @@ type Store struct {
 	// when they opened.
 	behind atomic.Int64
 
-	// holds are the threads this store is updating, by key (threadHold).
-	holdsMu sync.Mutex
-	holds   map[string]*threadHold
-	// kept is what the store keeps of the thread values it wrote (threadkeep.go).
-	kept threadKeep
-	// records keeps the threads' sealed records it read or wrote (threadlog.go).
-	records recordCache
-	// threadStream is the stream of the threads bucket: heads are written with headers
-	// and listed by them (threadhead.go).
-	threadStream natsjs.Stream
-	// threadBytes counts the bytes of the thread writes this store made: values, records,
-	// segments and index entries (ThreadBytesWritten).
-	threadBytes atomic.Int64
-	// sealing counts the seals in the background (sealLater).
-	sealing atomic.Int64
-
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
-	byKey    map[string]*Writer  // the newest writer of each run key
-	releases map[string]uint64   // run leases to release (key: revision), see forget
-	idleAcks []*acks             // inboxes released by writers, still subscribed (acks.release)
-	toFinish []RunInfo           // reaped runs whose threads the reaper finishes after its pass
-	takeover func(Takeover) bool // OnTakeover's handler; nil: runs are reaped
-	closed   bool
-	once     sync.Once
-	closeErr error // of Close, set once
+	byKey    map[string]*Writer // the newest writer of each run key
+	releases map[string]uint64  // run leases to release (key: revision), see forget
+	idleAcks []*acks            // inboxes released by writers, still subscribed (acks.release)
+	toFinish []RunInfo          // runs closed for a producer that is gone, for runClosed after the reaper's pass
+	// runClosed is OnRunClosed's handler, nil for none.
+	runClosed func(RunInfo)
+	takeover  func(Takeover) bool // OnTakeover's handler; nil: runs are reaped
+	closed    bool
+	once      sync.Once
+	closeErr  error // of Close, set once
 }
 
 // maxCreates bounds a store's consumer creations in flight.
@@ -345,7 +315,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
-		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, catchUps: map[string]*catchUps{}, holds: map[string]*threadHold{},
+		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, catchUps: map[string]*catchUps{},
 		backlog: cfg.Budget.Share(cfg.MaxBacklog), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
 		creates: make(chan struct{}, maxCreates)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
@@ -488,22 +458,12 @@ func (s *Store) ensure(ctx context.Context) error {
 		kv   *natsjs.KeyValue
 		name string
 		ttl  time.Duration
-	}{{&s.meta, s.cfg.MetaBucket, s.cfg.Retention}, {&s.leases, s.cfg.LeaseBucket, s.cfg.Retention},
-		{&s.threads, s.cfg.ThreadBucket, s.cfg.ThreadRetention}} {
-		*b.kv, err = s.js.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
-			Bucket:   b.name,
-			History:  1,
-			TTL:      b.ttl,
-			Storage:  natsjs.FileStorage,
-			Replicas: s.cfg.Replicas,
-		})
+	}{{&s.meta, s.cfg.MetaBucket, s.cfg.Retention}, {&s.leases, s.cfg.LeaseBucket, s.cfg.Retention}} {
+		*b.kv, err = s.js.CreateOrUpdateKeyValue(ctx, bucket.Config(b.name, b.ttl, s.cfg.Replicas))
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", b.name, err)
 		}
-		*b.kv = electedKV{*b.kv, s}
-	}
-	if s.threadStream, err = s.js.Stream(ctx, "KV_"+s.cfg.ThreadBucket); err != nil {
-		return fmt.Errorf("bucket %s: %w", s.cfg.ThreadBucket, err)
+		*b.kv = s.Elected(*b.kv)
 	}
 	return nil
 }
@@ -548,7 +508,7 @@ func (s *Store) Ready(ctx context.Context) error {
 			return fmt.Errorf("ready: stream: %w", err)
 		}
 	}
-	for _, kv := range []natsjs.KeyValue{s.meta, s.leases, s.threads} {
+	for _, kv := range []natsjs.KeyValue{s.meta, s.leases} {
 		if _, err := kv.Status(ctx); err != nil {
 			return fmt.Errorf("ready: bucket %s: %w", kv.Bucket(), err)
 		}
@@ -654,10 +614,26 @@ func isSubjectBusy(err error) bool {
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant
 }
 
-// isWrongLastSeq reports a refusal for a wrong expected last sequence (of a subject, or a
+// IsWrongLastSeq reports a refusal for a wrong expected last sequence (of a subject, or a
 // key's revision), the busy refusal of isSubjectBusy included: bucket callers read again.
-func isWrongLastSeq(err error) bool {
+func IsWrongLastSeq(err error) bool {
 	var apiErr *natsjs.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// DeleteRun removes the principal's run's log and metadata, if the run is of threadID (a
+// runId reused by a run of another thread is left alone); a run that aged out is nothing to
+// delete. It does not stop a running producer: RequestAbort does.
+func (s *Store) DeleteRun(ctx context.Context, principal, threadID, runID string) error {
+	info, err := s.lookup(ctx, principal, runID)
+	if err != nil || info.ThreadID != threadID {
+		return nil // aged out, another principal's, or the runId now names a run of another thread
+	}
+	sh, err := s.shard(ctx, info.Stream)
+	if err == nil {
+		subject, _ := sh.subject(principal, runID)
+		err = sh.stream.Purge(ctx, natsjs.WithPurgeSubject(subject))
+	}
+	return errors.Join(err, s.meta.Purge(ctx, runKey(runID)))
 }

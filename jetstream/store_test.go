@@ -11,6 +11,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 func TestAppendReadClose(t *testing.T) {
@@ -278,9 +280,9 @@ func TestReaperClosesLostRun(t *testing.T) {
 	stopped := time.Now()
 	got := readAll(t, tail)
 	elapsed := time.Since(stopped)
-	want := append(append([][]byte{}, events[1:]...), producerLost)
+	want := append(append([][]byte{}, events[1:]...), ProducerLost)
 	if len(got) != 3 || string(got[0].Event) != string(events[1]) || string(got[1].Event) != string(events[2]) ||
-		string(got[2].Event) != string(producerLost) {
+		string(got[2].Event) != string(ProducerLost) {
 		t.Fatalf("tail after crash = %q, want %q", firstEvents(got), want)
 	}
 	if bound := cfg.LeaseTTL + cfg.ReapInterval + 2*time.Second; elapsed > bound {
@@ -327,7 +329,7 @@ func TestReaperClosesLostRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	got = readAll(t, r)
-	if len(got) != 2 || string(got[1].Event) != string(producerLost) {
+	if len(got) != 2 || string(got[1].Event) != string(ProducerLost) {
 		t.Fatalf("run left open by a stopped store = %q", firstEvents(got))
 	}
 }
@@ -375,7 +377,7 @@ func TestRetentionAgesOut(t *testing.T) {
 func TestPersistence(t *testing.T) {
 	dir := t.TempDir()
 	port := freePort(t)
-	ns := startServer(t, server.Options{Port: port, StoreDir: dir})
+	ns := testenv.StartNATS(t, server.Options{Port: port, StoreDir: dir})
 	cfg := testConfig(t)
 	cfg.URLs = ns.ClientURL()
 	cfg.LeaseTTL = 30 * time.Second
@@ -411,7 +413,7 @@ func TestPersistence(t *testing.T) {
 	results := make(chan []result, 1)
 	go func() { results <- appendAll(t, w, events[50:]) }() // queued while the server is down
 	time.Sleep(500 * time.Millisecond)
-	startServer(t, server.Options{Port: port, StoreDir: dir})
+	testenv.StartNATS(t, server.Options{Port: port, StoreDir: dir})
 
 	for i, r := range <-results {
 		if r.err != nil {
@@ -549,7 +551,7 @@ func TestAcks(t *testing.T) {
 	}
 	m := msg(subject)
 	m.Header.Set(natsjs.ExpectedLastSubjSeqHeader, "1")
-	if _, err := a.publish(ctx, m, 5*time.Second); !isWrongLastSeq(err) {
+	if _, err := a.publish(ctx, m, 5*time.Second); !IsWrongLastSeq(err) {
 		t.Fatalf("publish expecting a wrong last sequence = %v, want JetStream's refusal", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)

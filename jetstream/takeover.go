@@ -83,7 +83,7 @@ func (s *Store) takeOver(ctx context.Context, key string, e natsjs.KeyValueEntry
 	// that fails gives the lease back expired, for the next pass.
 	leaseRev, err = s.leases.Update(ctx, key, s.runLease(info.Generation), leaseRev)
 	if err != nil {
-		if isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound) {
+		if IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound) {
 			return true, nil // claimed meanwhile
 		}
 		return true, fmt.Errorf("takeover: lease: %w", err)
@@ -132,7 +132,7 @@ func (s *Store) takeOver(ctx context.Context, key string, e natsjs.KeyValueEntry
 	}
 	go w.loop()
 	if !handler(Takeover{Info: info, Input: open.Data, Stored: stored, Writer: w}) {
-		w.Append(producerLost, func(string, error) {})
+		w.Append(ProducerLost, func(string, error) {})
 		w.Close(ctx)
 	}
 	return true, nil

@@ -25,7 +25,7 @@ const hdrThread = "Wsg-Thread"
 // length-delimited pair, so neither travels and two principals never share a thread. It is
 // a valid subject token.
 func (s *Store) ThreadKey(principal, threadID string) string {
-	return pairKey("thread", principal, threadID)
+	return PairKey("thread", principal, threadID)
 }
 
 // threadSubject is the subject of the announcements of the thread key.

@@ -242,7 +242,7 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 	if metaErr == nil {
 		s.meta.Delete(ctx, key, natsjs.LastRevision(w.metaRev))
 	}
-	if errors.Is(leaseErr, natsjs.ErrKeyExists) || isWrongLastSeq(leaseErr) || errors.Is(metaErr, natsjs.ErrKeyExists) || isWrongLastSeq(metaErr) {
+	if errors.Is(leaseErr, natsjs.ErrKeyExists) || IsWrongLastSeq(leaseErr) || errors.Is(metaErr, natsjs.ErrKeyExists) || IsWrongLastSeq(metaErr) {
 		return nil, false, false, errRunExists
 	}
 	err = errors.Join(leaseErr, metaErr)
@@ -295,7 +295,7 @@ func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo, first i
 		} else {
 			metaRev, err = s.meta.Update(ctx, key, mustJSON(*info), e.Revision())
 		}
-		if isWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
+		if IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
 			if e == nil {
 				// The lease was created over a run whose metadata exists (a closed run,
 				// whose lease is gone): give it back before reading whose run it is.
@@ -420,7 +420,7 @@ func (s *Store) takeStrayLease(ctx context.Context, key string, val []byte) (uin
 		}
 	}
 	rev, err := s.leases.Update(ctx, key, val, e.Revision())
-	if isWrongLastSeq(err) {
+	if IsWrongLastSeq(err) {
 		return 0, nil
 	}
 	return rev, err
@@ -627,7 +627,7 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, st natsjs.Stream, sub
 			busy++
 			continue
 		}
-		if isWrongLastSeq(err) {
+		if IsWrongLastSeq(err) {
 			if attempt == 0 {
 				return 0, ErrFenced
 			}
@@ -750,8 +750,8 @@ func (w *Writer) finish(ctx context.Context) error {
 	w.mu.Unlock()
 	if w.takenOver {
 		// The run's first producer, which would have finished its thread, is gone.
-		w.s.finishLater(info)
-		w.s.finishQueued()
+		w.s.closedLater(info)
+		w.s.closedQueued()
 	}
 	return nil
 }
@@ -765,7 +765,7 @@ func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev,
 	if metaRev != 0 {
 		_, err = s.meta.Update(ctx, key, mustJSON(info), metaRev)
 	}
-	if metaRev == 0 || isWrongLastSeq(err) {
+	if metaRev == 0 || IsWrongLastSeq(err) {
 		var e natsjs.KeyValueEntry
 		e, err = s.meta.Get(ctx, key)
 		if err == nil {
@@ -775,10 +775,10 @@ func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev,
 			}
 		}
 	}
-	if err != nil && !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
+	if err != nil && !IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
 		return fmt.Errorf("metadata: %w", err)
 	}
-	if err := s.leases.Delete(ctx, key, natsjs.LastRevision(leaseRev)); err != nil && !isWrongLastSeq(err) &&
+	if err := s.leases.Delete(ctx, key, natsjs.LastRevision(leaseRev)); err != nil && !IsWrongLastSeq(err) &&
 		!errors.Is(err, natsjs.ErrKeyNotFound) {
 		return fmt.Errorf("lease: %w", err)
 	}

@@ -39,6 +39,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wsgateway/wsgateway/internal/bucket"
 	"github.com/wsgateway/wsgateway/metrics"
 )
 
@@ -150,13 +151,7 @@ func New(ctx context.Context, cfg Config) (*Ledger, error) {
 	case cfg.Budget < 0:
 		return nil, fmt.Errorf("%w: negative budget", ErrConfig)
 	}
-	kv, err := cfg.JetStream.CreateOrUpdateKeyValue(ctx, natsjs.KeyValueConfig{
-		Bucket:   cfg.Bucket,
-		History:  1,
-		TTL:      cfg.Retention,
-		Storage:  natsjs.FileStorage,
-		Replicas: cfg.Replicas,
-	})
+	kv, err := cfg.JetStream.CreateOrUpdateKeyValue(ctx, bucket.Config(cfg.Bucket, cfg.Retention, cfg.Replicas))
 	if err != nil {
 		return nil, fmt.Errorf("usage: bucket %s: %w", cfg.Bucket, err)
 	}

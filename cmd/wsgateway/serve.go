@@ -30,6 +30,7 @@ import (
 	"github.com/wsgateway/wsgateway/heartbeat"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
+	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 	ledger "github.com/wsgateway/wsgateway/usage"
 	"github.com/wsgateway/wsgateway/web"
@@ -153,14 +154,16 @@ type gateway struct {
 	m      *metrics.Metrics
 	budget *budget.Budget // --memory-budget
 	store  *jetstream.Store
-	ledger *ledger.Ledger // the usage ledger, on the run log's NATS
-	authn  *auth.Authenticator
-	tp     *sdktrace.TracerProvider // nil: tracing off
-	conv   *conversation.Server
-	srv    *http.Server
-	ln     net.Listener
-	tls    bool
-	debug  *http.Server // --debug-addr; nil: off
+	// threads keeps the threads, beside the run logs on store's connection.
+	threads *threadstore.Store
+	ledger  *ledger.Ledger // the usage ledger, on the run log's NATS
+	authn   *auth.Authenticator
+	tp      *sdktrace.TracerProvider // nil: tracing off
+	conv    *conversation.Server
+	srv     *http.Server
+	ln      net.Listener
+	tls     bool
+	debug   *http.Server // --debug-addr; nil: off
 	// abandoned is set when the shutdown exceeded --shutdown-timeout: the process then exits
 	// without waiting for what is still stuck on JetStream.
 	abandoned bool
@@ -185,20 +188,18 @@ func (g *gateway) openStore(ctx context.Context) error {
 	)
 	cfg := g.cfg
 	store, err := jetstream.Open(ctx, jetstream.Config{
-		URLs:                   strings.Join(cfg.natsURLs, ","),
-		CredsFile:              cfg.natsCreds,
-		TLSCA:                  cfg.natsTLSCA,
-		TLSCert:                cfg.natsTLSCert,
-		TLSKey:                 cfg.natsTLSKey,
-		DataDir:                cfg.dataDir,
-		Replicas:               cfg.replicas,
-		Streams:                cfg.streams,
-		Retention:              cfg.retention,
-		ThreadRetention:        cfg.threadRetention,
-		MaxThreadsPerPrincipal: cfg.maxThreads,
-		LeaseTTL:               cfg.leaseTTL,
-		MaxTakeovers:           cfg.maxTakeovers,
-		Logger:                 g.log,
+		URLs:         strings.Join(cfg.natsURLs, ","),
+		CredsFile:    cfg.natsCreds,
+		TLSCA:        cfg.natsTLSCA,
+		TLSCert:      cfg.natsTLSCert,
+		TLSKey:       cfg.natsTLSKey,
+		DataDir:      cfg.dataDir,
+		Replicas:     cfg.replicas,
+		Streams:      cfg.streams,
+		Retention:    cfg.retention,
+		LeaseTTL:     cfg.leaseTTL,
+		MaxTakeovers: cfg.maxTakeovers,
+		Logger:       g.log,
 		// The bounds of what waits to be stored (docs/SECURITY.md).
 		MaxRunBacklog: cfg.maxRunBacklog,
 		MaxBacklog:    cfg.maxBacklog,
@@ -209,6 +210,15 @@ func (g *gateway) openStore(ctx context.Context) error {
 		return fmt.Errorf("open the run log: %w", err)
 	}
 	g.store = store
+	g.threads, err = threadstore.Open(ctx, store, threadstore.Config{
+		Replicas:               cfg.replicas,
+		Retention:              cfg.threadRetention,
+		MaxThreadsPerPrincipal: cfg.maxThreads,
+		Logger:                 g.log,
+	})
+	if err != nil {
+		return fmt.Errorf("open the thread store: %w", err)
+	}
 	if err := g.openLedger(ctx); err != nil {
 		return err
 	}
@@ -216,9 +226,17 @@ func (g *gateway) openStore(ctx context.Context) error {
 	g.m.SetReadyCheck(func() bool {
 		rctx, cancel := context.WithTimeout(context.Background(), readyTimeout)
 		defer cancel()
-		return store.Ready(rctx) == nil
+		return g.ready(rctx) == nil
 	})
 	return nil
+}
+
+// ready reports whether NATS is connected and the run logs' and threads' streams answer.
+func (g *gateway) ready(ctx context.Context) error {
+	if err := g.store.Ready(ctx); err != nil {
+		return err
+	}
+	return g.threads.Ready(ctx)
 }
 
 // build makes the agent, the authentication, the conversation server, the routes and the
@@ -257,7 +275,7 @@ func (g *gateway) build(ctx context.Context) error {
 		EarlyAborts:    cfg.earlyAborts,
 		EarlyAbortTTL:  cfg.earlyAbortTTL,
 		Store:          g.store,
-		Threads:        g.store,
+		Threads:        g.threads,
 		Agent:          agent,
 		Replay:         cfg.takeover == "on" || cfg.takeover == "continue" || cfg.takeover == "auto" && cfg.agent == agentDemo,
 		Continue:       cfg.takeover == "continue",
@@ -351,7 +369,7 @@ func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (str
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		rctx, cancel := context.WithTimeout(r.Context(), readyTimeout)
 		defer cancel()
-		if err := store.Ready(rctx); err != nil {
+		if err := g.ready(rctx); err != nil {
 			// The store's error names hosts and streams: it goes to the log, not to anyone asking.
 			g.log.Warn("not ready", "err", err)
 			http.Error(w, "not ready", http.StatusServiceUnavailable)
@@ -483,6 +501,9 @@ func (g *gateway) release() {
 		g.authn.Close()
 	}
 	g.ledger.Close(context.Background())
+	if g.threads != nil {
+		g.threads.Close()
+	}
 	if g.store != nil {
 		g.store.Close()
 	}

@@ -1,4 +1,4 @@
-package jetstream
+package threadstore
 
 import (
 	"context"
@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
+	"github.com/wsgateway/wsgateway/jetstream"
 )
 
 // turnInput is a run frame's input with one user message.
@@ -53,7 +56,7 @@ func texts(tb testing.TB, s *Store, t *Thread) map[string]string {
 // whether an update conflicted with the other store's, followed its own store's, or started
 // from a stale read ahead.
 func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
-	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
+	ns := testenv.StartNATS(t, server.Options{StoreDir: t.TempDir()})
 	var stores []*Store
 	for range 2 {
 		cfg := testConfig(t)
@@ -134,7 +137,7 @@ func TestThreadPrincipals(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := s.Create(ctx, "alice", "r1", "T1")
+	w, err := s.runs.Create(ctx, "alice", "r1", "T1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -146,7 +149,7 @@ func TestThreadPrincipals(t *testing.T) {
 		evs = append(evs, e)
 	}
 	mustAppend(t, w, evs)
-	entries, _, err := s.Snapshot(ctx, "alice", "r1")
+	entries, _, err := s.runs.Snapshot(ctx, "alice", "r1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +186,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if _, err := s.Thread(ctx, "alice", "T1"); !errors.Is(err, ErrUnknownThread) {
 		t.Errorf("Thread(T1) after delete = %v, want ErrUnknownThread", err)
 	}
-	if _, _, err := s.Snapshot(ctx, "alice", "r1"); !errors.Is(err, ErrUnknownRun) {
+	if _, _, err := s.runs.Snapshot(ctx, "alice", "r1"); !errors.Is(err, jetstream.ErrUnknownRun) {
 		t.Errorf("Snapshot(r1) after delete = %v, want ErrUnknownRun", err)
 	}
 	if list, err := s.Threads(ctx, "alice"); err != nil || len(list) != 1 || list[0].ThreadID != "T2" {
@@ -194,7 +197,7 @@ func TestThreadPrincipals(t *testing.T) {
 // TestThreadReaped: a run whose gateway stopped while it ran is finished in its thread by the
 // reaper of another gateway, with its producer_lost error.
 func TestThreadReaped(t *testing.T) {
-	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
+	ns := testenv.StartNATS(t, server.Options{StoreDir: t.TempDir()})
 	cfg := testConfig(t)
 	cfg.URLs = ns.ClientURL()
 	a := openStore(t, cfg)
@@ -202,7 +205,7 @@ func TestThreadReaped(t *testing.T) {
 	b := openStore(t, cfg)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	w, err := a.Create(ctx, "alice", "r1", "T")
+	w, err := a.runs.Create(ctx, "alice", "r1", "T")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,6 +215,7 @@ func TestThreadReaped(t *testing.T) {
 	evs := turnEvents("T", "r1", "hi")
 	mustAppend(t, w, [][]byte{evs[0], evs[1], evs[2], evs[3]})
 	a.Close() // the gateway stops mid-run: its lease is released, the log left open
+	a.runs.Close()
 	for {
 		th, err := b.Thread(ctx, "alice", "T")
 		if err != nil {
@@ -238,7 +242,7 @@ func TestThreadReaped(t *testing.T) {
 // store's write, a read ahead decodes that write, and the next update loses nothing. Nothing
 // is kept longer than keptFor.
 func TestThreadKeptValue(t *testing.T) {
-	ns := startServer(t, server.Options{StoreDir: t.TempDir()})
+	ns := testenv.StartNATS(t, server.Options{StoreDir: t.TempDir()})
 	var a, b *Store
 	for _, s := range []**Store{&a, &b} {
 		cfg := testConfig(t)

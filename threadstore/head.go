@@ -1,4 +1,4 @@
-package jetstream
+package threadstore
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/jetstream"
 )
 
 // A thread's value carries what a list of threads shows of it in a header (hdrThreadHead):
@@ -32,7 +34,7 @@ func (t *ThreadHead) summary() headSummary {
 }
 
 // headSubject returns the subject of the thread bucket's key.
-func (s *Store) headSubject(key string) string { return "$KV." + s.cfg.ThreadBucket + "." + key }
+func (s *Store) headSubject(key string) string { return "$KV." + s.cfg.Bucket + "." + key }
 
 // putHead writes value under the thread key, with t's summary in its header, conditionally
 // on revision rev (0: the key holds no value, or a delete marker), as the bucket's Update and
@@ -54,13 +56,9 @@ func (s *Store) putHead(ctx context.Context, key string, value []byte, t *Thread
 		}
 		return ack.Sequence, nil
 	}
-	kv := electedKV{s.threads, s}
-	if k, ok := s.threads.(electedKV); ok {
-		kv = k
-	}
-	return kv.retry(ctx, func(ctx context.Context) (uint64, error) {
+	return s.threads.Retry(ctx, func(ctx context.Context) (uint64, error) {
 		seq, err := publish(ctx, rev)
-		if err == nil || rev != 0 || !isWrongLastSeq(err) {
+		if err == nil || rev != 0 || !jetstream.IsWrongLastSeq(err) {
 			return seq, err
 		}
 		// Created over a delete or purge marker: write after the marker.
@@ -72,7 +70,7 @@ func (s *Store) putHead(ctx context.Context, key string, value []byte, t *Thread
 			return 0, natsjs.ErrKeyExists
 		}
 		return publish(ctx, last.Sequence)
-	}, kv.holds(key, value))
+	}, s.threads.Holds(key, value))
 }
 
 // ThreadBytesWritten returns the bytes of the thread writes this store made since it opened:
@@ -84,7 +82,7 @@ func (s *Store) ThreadBytesWritten() int64 { return s.threadBytes.Load() }
 // bytes it read. A value written before heads had headers is read whole (and gets its
 // header at its next update).
 func (s *Store) threadsRead(ctx context.Context, principal string) ([]ThreadSummary, int, error) {
-	prefix := "$KV." + s.cfg.ThreadBucket + "." + principalPrefix(principal) + "."
+	prefix := "$KV." + s.cfg.Bucket + "." + principalPrefix(principal) + "."
 	c, err := s.threadStream.OrderedConsumer(ctx, natsjs.OrderedConsumerConfig{
 		FilterSubjects: []string{prefix + "*"},
 		DeliverPolicy:  natsjs.DeliverLastPerSubjectPolicy,
@@ -127,7 +125,7 @@ func (s *Store) threadsRead(ctx context.Context, principal string) ([]ThreadSumm
 				}
 			} else {
 				// A value of a gateway before headers: read it.
-				e, err := s.threads.Get(ctx, strings.TrimPrefix(m.Subject(), "$KV."+s.cfg.ThreadBucket+"."))
+				e, err := s.threads.Get(ctx, strings.TrimPrefix(m.Subject(), "$KV."+s.cfg.Bucket+"."))
 				if errors.Is(err, natsjs.ErrKeyNotFound) {
 					continue
 				}
@@ -166,7 +164,7 @@ func (s *Store) threadsRead(ctx context.Context, principal string) ([]ThreadSumm
 // the bucket's stream counts in one request (a deleted thread's subject is purged whole,
 // DeleteThread; an expired head's message is gone).
 func (s *Store) threadCount(ctx context.Context, principal string) (int, error) {
-	info, err := s.threadStream.Info(ctx, natsjs.WithSubjectFilter("$KV."+s.cfg.ThreadBucket+"."+principalPrefix(principal)+".*"))
+	info, err := s.threadStream.Info(ctx, natsjs.WithSubjectFilter("$KV."+s.cfg.Bucket+"."+principalPrefix(principal)+".*"))
 	if err != nil {
 		return 0, fmt.Errorf("threads: %w", err)
 	}

@@ -1,4 +1,4 @@
-package jetstream
+package threadstore
 
 import (
 	"container/list"
@@ -132,33 +132,30 @@ type sealPlan struct {
 // existed. A seal that fails, or finds the thread changed, leaves the messages hot: a later
 // finish seals them; what it wrote is left to the TTL.
 func (s *Store) sealLater(principal, threadID string, t *Thread) {
-	refresh := t.Sealed != nil && time.Since(t.Sealed.Oldest) > s.cfg.ThreadRetention/2
+	refresh := t.Sealed != nil && time.Since(t.Sealed.Oldest) > s.cfg.Retention/2
 	if len(t.Transcript.Messages) == 0 && !refresh {
 		return
 	}
 	s.sealing.Add(1)
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
+	sealing := s.background("sealing a thread's settled messages", "", func(ctx context.Context) error {
 		defer s.sealing.Add(-1)
-		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
-		defer cancel()
 		key := threadKey(principal, threadID)
 		plan, err := s.planSeal(ctx, key, t, refresh)
-		if err == nil && plan != nil {
-			// The seal holds the thread's updates (the next turn's start) while it writes: a
-			// short bound, so that NATS in trouble (an election) holds them up no longer than
-			// that; a seal given up on leaves the messages to a later finish.
-			uctx, cancel := context.WithTimeout(ctx, sealUpdateTimeout)
-			err = s.updateThread(uctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
-				return exists && plan.apply(t), nil
-			})
-			cancel()
+		if err != nil || plan == nil {
+			return err
 		}
-		if err != nil && s.ctx.Err() == nil {
-			s.log.Warn("jetstream: sealing a thread's settled messages", keyErr, err)
-		}
-	}()
+		// The seal holds the thread's updates (the next turn's start) while it writes: a
+		// short bound, so that NATS in trouble (an election) holds them up no longer than
+		// that; a seal given up on leaves the messages to a later finish.
+		uctx, cancel := context.WithTimeout(ctx, sealUpdateTimeout)
+		defer cancel()
+		return s.updateThread(uctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
+			return exists && plan.apply(t), nil
+		})
+	})
+	if !sealing {
+		s.sealing.Add(-1)
+	}
 }
 
 // sealUpdateTimeout bounds the update that applies a seal.
@@ -835,7 +832,7 @@ func (s *Store) segmentOf(ctx context.Context, key string, sealed *Sealed, from 
 // that follow: a turn's agent reads the newest records of its thread, and so do the next
 // turns' and the hydrates of a reload. It holds each for keptFor since its last use, and at
 // most recordCacheBytes (by their JSON's size), the least recently used going first: like
-// the thread values a store keeps (threadkeep.go), what an idle gateway holds goes soon.
+// the thread values a store keeps (keep.go), what an idle gateway holds goes soon.
 type recordCache struct {
 	mu    sync.Mutex
 	by    map[string]*list.Element

@@ -1,4 +1,4 @@
-package jetstream
+package threadstore
 
 import (
 	"context"
@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // TestThreadLargerThanAMessage grows one thread, from two stores at once (two gateways),
@@ -18,7 +20,7 @@ import (
 // whole; the list still shows it; a delete removes it and its parts.
 func TestThreadLargerThanAMessage(t *testing.T) {
 	const maxPayload = 64 << 10
-	ns := startServer(t, server.Options{StoreDir: t.TempDir(), MaxPayload: maxPayload})
+	ns := testenv.StartNATS(t, server.Options{StoreDir: t.TempDir(), MaxPayload: maxPayload})
 	var stores []*Store
 	for range 2 {
 		cfg := testConfig(t)

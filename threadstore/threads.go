@@ -1,4 +1,4 @@
-package jetstream
+package threadstore
 
 import (
 	"bytes"
@@ -17,6 +17,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/thread"
 )
@@ -48,7 +49,7 @@ type ThreadRun struct {
 
 // Thread is what the store keeps of (principal, threadId) under its key: its head (runs,
 // title, times) and its transcript's hot tail; Sealed names the older messages, in records
-// of their own (threadlog.go).
+// of their own (log.go).
 type Thread struct {
 	ThreadHead
 	// Dropped counts the oldest messages that a value written before threads were split
@@ -115,12 +116,12 @@ func title(tr *thread.Transcript) string {
 // length-delimited principal and threadId, so that a principal's threads share a prefix
 // (Threads lists them) and no key reveals a principal or a threadId.
 func threadKey(principal, threadID string) string {
-	return principalPrefix(principal) + "." + pairKey("thread", principal, threadID)
+	return principalPrefix(principal) + "." + jetstream.PairKey("thread", principal, threadID)
 }
 
 func principalPrefix(principal string) string {
 	h := sha256.Sum256([]byte("principal\x00" + principal))
-	return keyEncoding.EncodeToString(h[:])
+	return jetstream.KeyEncoding.EncodeToString(h[:])
 }
 
 // threadAttempts bounds the compare-and-set attempts of one thread update.
@@ -204,15 +205,17 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 			h.val = w
 			return nil
 		}
-		if !isWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
+		if !jetstream.IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
 			return fmt.Errorf("thread: %w", err)
 		}
 		// Another gateway wrote the thread meanwhile: read it again, at once the first time
 		// (its write is done), then after a short random pause so that writers in step
 		// drift apart.
 		if attempt > 0 {
-			if err := s.sleep(ctx, time.Duration(rand.IntN(5*attempt+1))*time.Millisecond); err != nil {
-				return err
+			select {
+			case <-time.After(time.Duration(rand.IntN(5*attempt+1)) * time.Millisecond):
+			case <-ctx.Done():
+				return ctx.Err()
 			}
 		}
 	}
@@ -287,7 +290,7 @@ func (s *Store) writeParts(ctx context.Context, key string, b []byte, limit int)
 	for i := range id {
 		id[i] = byte(rand.Uint32())
 	}
-	p := &threadParts{ID: keyEncoding.EncodeToString(id[:]), N: (len(b) + limit - 1) / limit}
+	p := &threadParts{ID: jetstream.KeyEncoding.EncodeToString(id[:]), N: (len(b) + limit - 1) / limit}
 	s.threadBytes.Add(int64(len(b) + p.N*len(p.key(key, 0))))
 	errs := make([]error, p.N)
 	var wg sync.WaitGroup
@@ -313,24 +316,20 @@ func (s *Store) purgeParts(key string, p *threadParts) {
 	if p == nil {
 		return
 	}
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
-		defer cancel()
+	s.background("purging a replaced thread value", "", func(ctx context.Context) error {
 		for i := range p.N {
-			if err := s.threads.Purge(ctx, p.key(key, i)); err != nil && s.ctx.Err() == nil {
-				s.log.Warn("jetstream: purging a replaced thread value", keyErr, err)
-				return
+			if err := s.threads.Purge(ctx, p.key(key, i)); err != nil {
+				return err
 			}
 		}
-	}()
+		return nil
+	})
 }
 
 // readThread returns the thread under key as read; none (a zero Thread, revision 0) when
 // the thread does not exist. A value whose parts a newer write purged meanwhile is read again.
 // take, for a read that will change the thread (an update, a read ahead of one), takes what
-// this store kept of the value it wrote last (threadkeep.go) when that is still the thread's
+// this store kept of the value it wrote last (keep.go) when that is still the thread's
 // value, instead of decoding it again.
 func (s *Store) readThread(ctx context.Context, key string, take bool) (*threadRead, error) {
 	for attempt := 0; ; attempt++ {
@@ -529,7 +528,7 @@ func endState(events []json.RawMessage) (state, code string) {
 		end, ok = protocol.EndOf(events[i])
 	}
 	if !ok {
-		end, _ = protocol.EndOf(producerLost)
+		end, _ = protocol.EndOf(jetstream.ProducerLost)
 	}
 	switch end.Kind {
 	case protocol.EndFinished:
@@ -540,43 +539,12 @@ func endState(events []json.RawMessage) (state, code string) {
 	return ThreadRunError, end.Code
 }
 
-// finishLater queues the thread of a run the reaper closed. The reaper finishes the threads of
-// a pass's runs once it has closed all their logs, in the background: the other runs of a
-// dead producer get their terminal first.
-func (s *Store) finishLater(info RunInfo) {
-	if info.ThreadID == "" {
-		return
-	}
-	s.mu.Lock()
-	s.toFinish = append(s.toFinish, info)
-	s.mu.Unlock()
-}
-
-// finishQueued finishes the threads finishLater queued, in the background.
-func (s *Store) finishQueued() {
-	s.mu.Lock()
-	infos := s.toFinish
-	s.toFinish = nil
-	s.mu.Unlock()
-	for _, info := range infos {
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(s.ctx, time.Minute)
-			defer cancel()
-			if err := s.finishReaped(ctx, info); err != nil && s.ctx.Err() == nil {
-				s.log.Warn("jetstream: finishing the thread of a reaped run", keyRunID, info.RunID, keyErr, err)
-			}
-		}()
-	}
-}
-
 // finishReaped finishes the thread of a run the reaper closed, from its log.
-func (s *Store) finishReaped(ctx context.Context, info RunInfo) error {
+func (s *Store) finishReaped(ctx context.Context, info jetstream.RunInfo) error {
 	if info.ThreadID == "" {
 		return nil
 	}
-	entries, _, err := s.Snapshot(ctx, info.Principal, info.RunID)
+	entries, _, err := s.runs.Snapshot(ctx, info.Principal, info.RunID)
 	if err != nil {
 		return err
 	}
@@ -584,7 +552,7 @@ func (s *Store) finishReaped(ctx context.Context, info RunInfo) error {
 }
 
 // Events returns the events of entries.
-func Events(entries []Entry) []json.RawMessage {
+func Events(entries []jetstream.Entry) []json.RawMessage {
 	events := make([]json.RawMessage, len(entries))
 	for i, e := range entries {
 		events[i] = e.Event
@@ -614,7 +582,7 @@ type ThreadSummary struct {
 }
 
 // Threads returns the principal's threads, most recently updated first (ties by threadId).
-// It reads their heads' headers only (threadhead.go).
+// It reads their heads' headers only (head.go).
 func (s *Store) Threads(ctx context.Context, principal string) ([]ThreadSummary, error) {
 	list, _, err := s.threadsRead(ctx, principal)
 	return list, err
@@ -650,23 +618,9 @@ func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) er
 	var errs []error
 	for _, r := range runs {
 		if r.State == ThreadRunRunning {
-			errs = append(errs, s.RequestAbort(principal, r.RunID, ""))
+			errs = append(errs, s.runs.RequestAbort(principal, r.RunID, ""))
 		}
-		info, err := s.lookup(ctx, principal, r.RunID)
-		if err != nil || info.ThreadID != threadID {
-			continue // aged out, or the runId now names a run of another thread
-		}
-		sh, err := s.shard(ctx, info.Stream)
-		if err == nil {
-			subject, _ := sh.subject(principal, r.RunID)
-			err = sh.stream.Purge(ctx, natsjs.WithPurgeSubject(subject))
-		}
-		if err != nil {
-			errs = append(errs, err)
-		}
-		if err := s.meta.Purge(ctx, runKey(r.RunID)); err != nil {
-			errs = append(errs, err)
-		}
+		errs = append(errs, s.runs.DeleteRun(ctx, principal, threadID, r.RunID))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("delete thread: %w", err)

@@ -1,4 +1,4 @@
-package jetstream
+package threadstore
 
 import (
 	"context"
@@ -314,7 +314,7 @@ func TestThreadListReadsHeads(t *testing.T) {
 // TTL: its records are written again before they expire.
 func TestThreadRecordsRefreshed(t *testing.T) {
 	cfg := testConfig(t)
-	cfg.ThreadRetention = 4 * time.Second
+	cfg.Threads.Retention = 4 * time.Second
 	s := openStore(t, cfg)
 	turns := 0
 	for deadline := time.Now().Add(7 * time.Second); time.Now().Before(deadline); turns += 10 {
