@@ -15,8 +15,8 @@ import (
 )
 
 // threadStall is how long NATS stalls in TestThreadRunAcrossNATSStall: longer than a thread
-// write waits (10 s), shorter than the 20 s of a full outage to keep the test's time down.
-const threadStall = 12 * time.Second
+// write waits (10 s): 20 s, as long as the outages the gateway is built to ride out.
+const threadStall = 20 * time.Second
 
 // stallOnAccept stalls NATS (refuses and cuts the gateway's connections for threadStall) as
 // the first run is being written into its thread.
