@@ -21,7 +21,7 @@ import (
 type contextAgent struct {
 	turn.Agent
 	srv  *Server
-	l    *threadLog
+	l    *threadRun
 	span trace.Span // the turn's
 	log  *slog.Logger
 }

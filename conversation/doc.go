@@ -94,7 +94,7 @@
 // With Config.Threads, every run is recorded in its thread (threads.go): as accepted while
 // its first event is stored, which is delivered (and the run announced to the thread's
 // followers) once the thread is written, and finished from its log once the log is closed
-// (threadLog). A GET with a
+// (threadRun, the turn's Config.Thread). A GET with a
 // threadId and no runId on an HTTP transport is a hydrate: the thread's messages, active run
 // and pending interrupts as JSON (an unknown or foreign thread is an empty one);
 // Server.ThreadsHandler lists and deletes a principal's threads. A run that would start a

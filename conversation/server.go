@@ -281,8 +281,8 @@ type Server struct {
 	// any, none per socket. The registry counts turns.
 	sockets  quota.Counts
 	hydrates quota.Counts
-	// settled holds, by runKey, the events of this gateway's runs whose log holds their
-	// terminal and whose thread is not finished yet ([]json.RawMessage): the next run of
+	// settled holds, by runKey, the events of this gateway's runs whose terminal was
+	// appended and whose thread is not finished yet ([]json.RawMessage): the next run of
 	// the thread takes its context from them without reading the log back
 	// (withEarlierRuns).
 	settled sync.Map

@@ -46,15 +46,15 @@ type Threads interface {
 // threadTimeout bounds a thread update of a turn's start or end, and a hydrate's reads.
 const threadTimeout = 10 * time.Second
 
-// threadLog is a run's log that records the run in its thread: as accepted while the run's
-// first event is stored, which is delivered once the thread is written (so that a hydrate
-// from the run's first event on reports it), and finished before the log closes (so that a
-// hydrate which no longer reports the run as active has its final messages). A log that
-// failed is left to whoever ends it (the reaper, a resubmit). A thread update that fails
-// (NATS away, a stall) is logged and tried again until it lands (untilLanded): the turn goes
-// on meanwhile, and the run reaches its thread once NATS answers again.
-type threadLog struct {
-	*jetstream.Writer
+// threadRun records a run in its thread, as turn.Thread: as accepted while the run's first
+// event is stored, which is delivered once the thread is written (so that a hydrate from the
+// run's first event on reports it), and finished once its log is closed (so that readers of
+// the log reach its end without waiting for the thread; until then a hydrate reports the run
+// as active, and a client that joins it replays the closed log). A log that failed is left
+// to whoever ends it (the reaper, a resubmit). A thread update that fails (NATS away, a
+// stall) is logged and tried again until it lands (untilLanded): the turn goes on meanwhile,
+// and the run reaches its thread once NATS answers again.
+type threadRun struct {
 	srv                        *Server
 	principal, threadID, runID string
 	log                        *slog.Logger
@@ -69,50 +69,47 @@ type threadLog struct {
 
 	// The events appended, kept while they fit in threadEventsMemory bytes: the run's end
 	// builds its thread from them; a longer run's end reads its log back.
-	mu      sync.Mutex
-	events  []json.RawMessage
-	size    int // bytes of every event appended
-	count   int // events appended
-	over    bool
-	started bool // the first event was appended
+	mu     sync.Mutex
+	events []json.RawMessage
+	size   int // bytes of every event appended
+	count  int // events appended
+	over   bool
 }
 
 // threadEventsMemory bounds the bytes of events a run keeps for its thread's update.
 const threadEventsMemory = 256 << 10
 
-// Append keeps event for the thread and appends it to the log. The first event's stored
-// callback waits for the thread's write: the writer calls callbacks in order, so no event
-// of the run reaches anyone before its thread knows the run.
-func (l *threadLog) Append(event []byte, stored func(offset string, err error)) {
+// Accepted is closed once the run's acceptance was written into its thread (or its first
+// try failed), and the run announced.
+func (l *threadRun) Accepted() <-chan struct{} { return l.accepted }
+
+// Keep keeps event for the thread. A terminal ends the run's events: the thread's next run,
+// whose client may post it as soon as it has the terminal, reads them here until the thread
+// has them (Server.settled), which Closed ends.
+func (l *threadRun) Keep(event []byte) {
 	l.mu.Lock()
-	if !l.started {
-		l.started = true
-		next := stored
-		stored = func(offset string, err error) {
-			<-l.accepted
-			next(offset, err)
-		}
-	}
+	defer l.mu.Unlock()
 	l.size += len(event)
 	l.count++
 	switch {
 	case l.over:
 	case l.size > threadEventsMemory:
 		l.over, l.events = true, nil
+		l.srv.settled.Delete(runKey{l.principal, l.runID}) // read from the log instead
 	default:
 		l.events = append(l.events, event)
+		if terminal(event) {
+			l.srv.settled.Store(runKey{l.principal, l.runID}, l.events)
+		}
 	}
-	l.mu.Unlock()
-	l.Writer.Append(event, stored)
 }
 
-// newThreadLog returns w recording its run's end in the thread, and starts recording the
-// run of in (the slot s) as accepted in its thread, from ahead (the thread read while the
-// run's log was created), at the same time as the run's first event is stored; the run is
-// announced once its thread is written. The write waits for no event: a new run's first
-// event is stored in the write's round trip.
-func (srv *Server) newThreadLog(w *jetstream.Writer, s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, log *slog.Logger) *threadLog {
-	l := &threadLog{Writer: w, srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log,
+// newThreadRun starts recording the run of in (the slot s) as accepted in its thread, from
+// ahead (the thread read while the run's log was created), at the same time as the run's
+// first event is stored; the run is announced once its thread is written. The write waits
+// for no event: a new run's first event is stored in the write's round trip.
+func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, log *slog.Logger) *threadRun {
+	l := &threadRun{srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log,
 		accepted: make(chan struct{}), landed: make(chan struct{})}
 	go func() {
 		defer close(l.landed)
@@ -178,27 +175,14 @@ func (srv *Server) untilLanded(log *slog.Logger, what string, write func(ctx con
 	}
 }
 
-// Close closes the log, then finishes the run's thread from it (untilLanded), so that
-// readers of the log reach its end without waiting for the thread. Until the thread is
-// finished, a hydrate reports the run as active, and a client that joins it replays the
-// closed log.
-func (l *threadLog) Close(ctx context.Context) error {
-	// Every event is stored by now: the thread's next run, whose client may post it as soon
-	// as it has the terminal, reads them here until the thread has them.
-	l.mu.Lock()
-	events, over := l.events, l.over
-	l.mu.Unlock()
-	if key := (runKey{l.principal, l.runID}); !over && len(events) > 0 && terminal(events[len(events)-1]) {
-		l.srv.settled.Store(key, events)
-		defer l.srv.settled.Delete(key)
-	}
-	err := l.Writer.Close(ctx)
+// Closed finishes the run's thread from its closed log (untilLanded).
+func (l *threadRun) Closed(err error) {
+	defer l.srv.settled.Delete(runKey{l.principal, l.runID})
 	if err == nil {
 		release := l.reserveReadBack()
 		l.srv.untilLanded(l.log, "finishing the run in its thread", l.finish)
 		release()
 	}
-	return err
 }
 
 // reserveReadBack waits, for a run too long to keep its events (over), until the memory
@@ -206,7 +190,7 @@ func (l *threadLog) Close(ctx context.Context) error {
 // them; it returns the function that gives them back. Runs that end together (a burst of
 // long turns, or every turn held through a NATS stall) so read their logs in turn, as the
 // budget makes room, instead of all at once. At shutdown it charges nothing.
-func (l *threadLog) reserveReadBack() (release func()) {
+func (l *threadRun) reserveReadBack() (release func()) {
 	l.mu.Lock()
 	over, size, count := l.over, l.size, l.count
 	l.mu.Unlock()
@@ -220,9 +204,9 @@ func (l *threadLog) reserveReadBack() (release func()) {
 	return func() { l.srv.cfg.Budget.Release(n) }
 }
 
-// finish applies the run's events, every one stored since Close succeeded, to its thread,
+// finish applies the run's events, every one stored since the log's close succeeded, to its thread,
 // after the run's acceptance landed.
-func (l *threadLog) finish(ctx context.Context) error {
+func (l *threadRun) finish(ctx context.Context) error {
 	<-l.landed
 	l.mu.Lock()
 	events, over := l.events, l.over

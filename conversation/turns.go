@@ -326,7 +326,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	// The run's thread is read while its log is created, and written once the log exists:
 	// a run that could not be created (another principal's runId, the store unavailable)
 	// never shows in the thread. The thread's write and the run's first event go out
-	// together (threadLog), and nobody hears of the run before the thread knows it: its
+	// together (turn.Config.Thread), and nobody hears of the run before the thread knows it: its
 	// first event is delivered, and the run announced to the thread's followers, once the
 	// write is done. A client that received an event and then hydrates finds the run
 	// active, or finished.
@@ -356,13 +356,14 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		endRefused(span, string(metrics.OutcomeLogFailed), CodeLogUnavailable)
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
 	}
-	var tlog turn.Log = runLog
+	var tr *threadRun
+	var record turn.Thread // nil unless threaded: a nil *threadRun is not a nil turn.Thread
 	agent := srv.cfg.Agent
 	if threaded {
-		l := srv.newThreadLog(runLog, s, req.in, ahead, log)
-		tlog = l
+		tr = srv.newThreadRun(s, req.in, ahead, log)
+		record = tr
 		if !srv.cfg.AgentHistoryClient {
-			agent = contextAgent{Agent: agent, srv: srv, l: l, span: span, log: log}
+			agent = contextAgent{Agent: agent, srv: srv, l: tr, span: span, log: log}
 		}
 	} else {
 		srv.announce(s, log)
@@ -373,7 +374,8 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	t, err := turn.Start(turn.Config{
 		Input:        req.in,
 		Agent:        agent,
-		Log:          tlog,
+		Log:          runLog,
+		Thread:       record,
 		Sink:         req.sink,
 		Logger:       log,
 		Metrics:      srv.cfg.Metrics,
@@ -387,12 +389,15 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		OnLost:   movedAway(s),
 		Aborted:  early,
 		Accepted: accepted,
-		Refused:  refusedBy(refused, tlog),
+		Refused:  refusedBy(refused, tr),
 		Used:     srv.usageRecorder(s.key, req.in.ThreadID, runLog.Info().Generation),
 	})
 	if err != nil {
 		log.ErrorContext(ctx, "starting turn", slog.String(keyErr, err.Error()))
-		tlog.Close(context.WithoutCancel(srv.ctx))
+		err := runLog.Close(context.WithoutCancel(srv.ctx))
+		if record != nil {
+			record.Closed(err)
+		}
 		srv.turns.end(s)
 		endRefused(span, string(metrics.OutcomeLogFailed), CodeLogUnavailable)
 		return nil, protocol.AppendRunError(nil, turn.MsgLogUnavailable, CodeLogUnavailable)
@@ -432,11 +437,12 @@ func (srv *Server) usageRecorder(key runKey, threadID string, gen uint64) func(m
 }
 
 // refusedBy returns the refusal of a turn: refused (the token budget's), else, for a run
-// its thread refused (too many threads, threadLog.overLimit), limit_exceeded naming the flag.
-// The turn asks once the run.accepted marker is stored, which waits for the thread's write.
-func refusedBy(refused *turn.Refusal, l turn.Log) func() *turn.Refusal {
+// its thread refused (too many threads, threadRun.overLimit; tr is nil for a run in no
+// thread), limit_exceeded naming the flag. The turn asks once the run.accepted marker is
+// stored, which waits for the thread's write.
+func refusedBy(refused *turn.Refusal, tr *threadRun) func() *turn.Refusal {
 	return func() *turn.Refusal {
-		if tl, ok := l.(*threadLog); ok && refused == nil && tl.overLimit.Load() {
+		if tr != nil && refused == nil && tr.overLimit.Load() {
 			return &turn.Refusal{Code: CodeLimitExceeded, Message: MsgTooManyThreads}
 		}
 		return refused

@@ -14,7 +14,12 @@
 //     preceded by the synthetic ends of open chunk streams (protocol.Pipeline.Fail); never a
 //     RUN_ERROR right after a RUN_ERROR, which the verifier refuses (the log already ends
 //     with a terminal);
-//  4. waits for every append to be acknowledged and closes the log.
+//  4. waits for every append to be acknowledged and closes the log;
+//  5. with Config.Thread, the run's record beside its log (a conversation's thread), keeps
+//     it in step: every event goes to Thread.Keep as it is appended; the marker is stored
+//     and the run recorded in its thread at once, and the marker is delivered once both
+//     are done (stored, then in its thread, then delivered); once the log is closed,
+//     Thread.Closed records the run's end there.
 //
 // Every log a Turn is handed ends closed, with a terminal event before the close, unless the
 // log itself failed (an append error or a lost lease): then the turn ends at once and, when
@@ -64,6 +69,25 @@ import (
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 )
+
+// Thread is the record a run is kept in beside its log: a conversation's thread. A turn
+// keeps it in step with the log (Config.Thread): the run's first event, its marker, is stored
+// and the run recorded in its thread at the same time, and the marker is delivered only once
+// both are done (Accepted), so that nobody hears of a run its thread does not know; every
+// event appended is handed to Keep first, in order; once the log is closed, Closed lets the
+// thread record how the run ended.
+type Thread interface {
+	// Accepted is closed once the run is recorded in its thread, or the first attempt to
+	// record it failed (the thread then retries on its own).
+	Accepted() <-chan struct{}
+	// Keep is handed each event about to be appended, from the turn's goroutines one at a
+	// time; it must not block.
+	Keep(event []byte)
+	// Closed is called once, from the driver, when the turn closed its log: err is the
+	// close's error (a log that failed is left to whoever ends it: a reaper, a resubmit). It
+	// returns once the run's end is in its thread, or the thread gave up.
+	Closed(err error)
+}
 
 // Log is the run's durable log, as *jetstream.Writer provides it.
 type Log interface {
@@ -177,6 +201,7 @@ type Config struct {
 	Input        *protocol.RunAgentInput
 	Agent        Agent
 	Log          Log
+	Thread       Thread           // nil: the run is kept in its log alone
 	Sink         Sink             // nil: nothing is delivered live
 	Logger       *slog.Logger     // nil: discard
 	Metrics      *metrics.Metrics // nil: none
@@ -273,6 +298,7 @@ type Turn struct {
 	events    int                // events stored for the agent
 	bytes     int64              // their bytes
 	lastType  protocol.EventType // of the last event appended
+	appended  bool               // an event was appended: the marker
 	pending   sync.WaitGroup
 
 	outcome metrics.Outcome // written by the driver before done closes
@@ -406,9 +432,21 @@ func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<-
 	t.lastType = ev.Type()
 	delta := t.lastType == protocol.TextMessageContent || t.lastType == protocol.ToolCallArgs
 	terminal := t.lastType.Terminal()
+	// The marker is delivered once the run is in its thread too (Thread).
+	var accepted <-chan struct{}
+	if th := t.cfg.Thread; th != nil {
+		th.Keep(data)
+		if !t.appended {
+			accepted = th.Accepted()
+		}
+	}
+	t.appended = true
 	t.pending.Add(1)
 	done := func(offset string, err error) {
 		defer t.pending.Done()
+		if accepted != nil {
+			<-accepted
+		}
 		if err != nil {
 			t.fail(err)
 		} else {
@@ -588,8 +626,12 @@ func (t *Turn) drive() {
 	}
 	cctx, ccancel := context.WithTimeout(context.Background(), t.cfg.CloseTimeout)
 	defer ccancel()
-	if err := t.cfg.Log.Close(cctx); err != nil {
+	err := t.cfg.Log.Close(cctx)
+	if err != nil {
 		t.log.WarnContext(t.cfg.Context, "closing run log", slog.String(keyErr, err.Error()))
+	}
+	if t.cfg.Thread != nil {
+		t.cfg.Thread.Closed(err)
 	}
 	t.outcome = outcome
 	if t.tr != nil {

@@ -723,3 +723,91 @@ func TestLatencyExemplarTraceID(t *testing.T) {
 		}
 	}
 }
+
+// recordThread is a turn.Thread that holds the run's acceptance until accept is closed, and
+// records what the turn handed it.
+type recordThread struct {
+	accept chan struct{}
+	sk     *sink // the turn's sink: what it held when each call came
+
+	mu       sync.Mutex
+	kept     []string
+	closed   int
+	closeErr error
+	atClose  int // frames delivered when Closed came
+}
+
+func (r *recordThread) Accepted() <-chan struct{} { return r.accept }
+
+func (r *recordThread) Keep(event []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.kept = append(r.kept, string(event))
+}
+
+func (r *recordThread) Closed(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.closed++
+	r.closeErr = err
+	r.atClose = len(r.sk.snapshot())
+}
+
+// TestThreadStep: a turn with a Thread keeps it in step with the log: the marker is stored
+// while the run's thread is written, and delivered only once both are done (nothing of the
+// run reaches the sink before its thread knows it); every event appended reaches Keep, in the
+// log's order; Closed comes once, after the log is closed, with the close's result.
+func TestThreadStep(t *testing.T) {
+	store := openStore(t)
+	ctx := context.Background()
+	w, err := store.Create(ctx, principal, "threaded", "t1")
+	if err != nil {
+		t.Fatalf("Create() = %v", err)
+	}
+	sk := newSink()
+	th := &recordThread{accept: make(chan struct{}), sk: sk}
+	agent := agentFunc(func(ctx context.Context, emit func([]byte) error) error {
+		return emitAll(emit, started, msgStart, content, msgEnd, finished)
+	})
+	tr, err := turn.Start(turn.Config{Input: input(t, "threaded"), Agent: agent, Log: w, Thread: th, Sink: sk})
+	if err != nil {
+		t.Fatalf("Start() = %v", err)
+	}
+	// The marker is stored at once; it waits for the thread.
+	deadline := time.Now().Add(10 * time.Second)
+	for entries, _, _ := store.Snapshot(ctx, principal, "threaded"); len(entries) == 0; entries, _, _ = store.Snapshot(ctx, principal, "threaded") {
+		if time.Now().After(deadline) {
+			t.Fatal("the marker was not stored while the thread's write was pending")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if got := sk.snapshot(); len(got) != 0 {
+		t.Fatalf("delivered %d frames before the run was in its thread, want none: %v", len(got), got)
+	}
+	close(th.accept)
+	tr.Wait(ctx)
+	frames := sk.snapshot()
+	_, delivered := parseEnvelopes(t, frames)
+	want := "CUSTOM:run.accepted RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED"
+	if got := typesOf(delivered); got != want {
+		t.Errorf("delivered %s, want %s", got, want)
+	}
+	_, stored := parseEnvelopes(t, readLog(t, store, "threaded"))
+	th.mu.Lock()
+	defer th.mu.Unlock()
+	var kept []event
+	for _, e := range th.kept {
+		var ev event
+		if err := json.Unmarshal([]byte(e), &ev); err != nil {
+			t.Fatal(err)
+		}
+		kept = append(kept, ev)
+	}
+	if got, want := typesOf(kept), typesOf(stored); got != want {
+		t.Errorf("kept %s, want what the log stored, %s", got, want)
+	}
+	if th.closed != 1 || th.closeErr != nil || th.atClose != len(frames) {
+		t.Errorf("Closed %d times (err %v, after %d of %d frames), want once, nil, after every frame", th.closed, th.closeErr, th.atClose, len(frames))
+	}
+}
