@@ -125,12 +125,11 @@ type sealPlan struct {
 }
 
 // sealLater seals, in the background, what the finish of a run left settled in t (a copy of
-// the value it wrote, with only the settled messages in its hot tail): it writes their record
-// (and refreshes the older ones when the oldest nears the bucket's TTL), with no update of
-// the thread held, then removes them from the head in an update of its own. The turn's finish
-// costs the thread's next update (the next turn's start) nothing more than before records
-// existed. A seal that fails, or finds the thread changed, leaves the messages hot: a later
-// finish seals them; what it wrote is left to the TTL.
+// the value it wrote, with only the settled messages in its hot tail) when the finish could
+// not (sealNow): it writes their record (and refreshes the older ones when the oldest nears
+// the bucket's TTL), with no update of the thread held, then removes them from the head in an
+// update of its own. A seal that fails, or finds the thread changed, leaves the messages hot:
+// a later finish seals them; what it wrote is left to the TTL.
 func (s *Store) sealLater(principal, threadID string, t *Thread) {
 	refresh := t.Sealed != nil && time.Since(t.Sealed.Oldest) > s.cfg.Retention/2
 	if len(t.Transcript.Messages) == 0 && !refresh {

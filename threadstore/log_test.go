@@ -155,6 +155,37 @@ func TestThreadLog(t *testing.T) {
 	}
 }
 
+// TestThreadReplyWrittenOnce: a turn writes its reply into the thread store once (its
+// record), however long the thread, and the head that follows holds none of it.
+func TestThreadReplyWrittenOnce(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	longThread(t, s, "T", 0, 20, func(k int, ids []string) []string { return ids[len(ids)-1:] })
+	text := strings.Repeat("a long reply ", 5000) // 65,000 bytes
+	before := s.ThreadBytesWritten()
+	if _, err := s.AcceptRun(ctx, "alice", "T", "big", turnInput("T", "big", "ubig", "question"), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishRun(ctx, "alice", "T", "big", turnEvents("T", "big", text)); err != nil {
+		t.Fatal(err)
+	}
+	waitSealed(t, s)
+	written := s.ThreadBytesWritten() - before
+	if ratio := float64(written) / float64(len(text)); ratio > 1.25 {
+		t.Errorf("the turn wrote %d bytes to the thread store for a reply of %d: %.2f times it, want at most 1.25", written, len(text), ratio)
+	}
+	th, err := s.Thread(ctx, "alice", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(th.Transcript.Messages) != 0 || th.Sealed.Count != 42 {
+		t.Fatalf("after the turn: %d messages in the head, %d sealed; want 0 and 42", len(th.Transcript.Messages), th.Sealed.Count)
+	}
+	if got := texts(t, s, th)["a-big"]; got != "assistant:re: "+text {
+		t.Fatalf("the reply reads back as %d bytes, want %d", len(got), len("assistant:re: "+text))
+	}
+}
+
 func ids(msgs []thread.Message) []string {
 	var out []string
 	for _, m := range msgs {

@@ -496,16 +496,40 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 		r.State, r.Code = endState(events)
 		r.Ended = time.Now().UTC()
 		t.Updated = r.Ended
-		// What the finish settled, as written, for sealLater: the next updates change t.
+		// What the finish settled, as written: the next updates change t.
 		settled = &Thread{ThreadHead: t.ThreadHead, Sealed: t.Sealed}
 		settled.Runs = slices.Clone(t.Runs)
 		settled.Transcript.Messages = thread.Transcript{Messages: t.Transcript.Messages[:sealable(t)]}.Clone().Messages
+		if s.sealNow(ctx, threadKey(principal, threadID), t, settled) {
+			settled = nil
+		}
 		return true, nil
 	})
 	if err == nil && settled != nil {
 		s.sealLater(principal, threadID, settled)
 	}
 	return err
+}
+
+// sealNow seals what a run's finish settled in t (settled: a copy of t with only those
+// messages in its hot tail) within the finish's update: it writes their record, and the head
+// the finish writes names it instead of holding them, so that a turn writes its reply once
+// (docs/THREADS.md, "How a thread is stored"). It reports whether it sealed; a record
+// that fails (bounded by sealUpdateTimeout), or a thread whose older records are due to be
+// written again, is left to sealLater, as is a conflict's retry of the update, which writes a
+// record of its own (the unused one is left to the TTL).
+func (s *Store) sealNow(ctx context.Context, key string, t, settled *Thread) bool {
+	if len(settled.Transcript.Messages) == 0 || settled.Sealed != nil && time.Since(settled.Sealed.Oldest) > s.cfg.Retention/2 {
+		return false
+	}
+	wctx, cancel := context.WithTimeout(ctx, sealUpdateTimeout)
+	defer cancel()
+	plan, err := s.planSeal(wctx, key, settled, false)
+	if err != nil {
+		s.log.Debug("threadstore: sealing a finished run's messages: left to a later seal", keyErr, err)
+		return false
+	}
+	return plan.apply(t)
 }
 
 // isSnapshot reports whether event is a MESSAGES_SNAPSHOT.
