@@ -11,7 +11,6 @@ import (
 	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
-	"github.com/wsgateway/wsgateway/thread"
 	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 )
@@ -37,25 +36,20 @@ func (a contextAgent) Run(ctx context.Context, in *protocol.RunAgentInput, emit 
 // agentInput returns in with the messages its agent is given: the thread's transcript as the
 // run's acceptance wrote it (t; nil when that write failed: then in as posted, which is
 // logged), with the replies of the runs accepted before it that t holds as running but whose
-// logs end with their terminal (withEarlierRuns), converted for the agent and merged with what
-// the run posted, cut to AgentHistoryBytes. The cut is logged at Debug and recorded on the
-// turn's span.
+// logs end with their terminal (earlierRuns), converted for the agent and merged with what the
+// run posted, cut to AgentHistoryBytes (threadstore.Store.AgentMessages). The cut is logged at
+// Debug and recorded on the turn's span.
 func (srv *Server) agentInput(ctx context.Context, t *threadstore.Thread, in *protocol.RunAgentInput, span trace.Span, log *slog.Logger) *protocol.RunAgentInput {
 	if t == nil {
 		log.WarnContext(ctx, "agent history: the run's thread could not be written, the agent gets the messages the run posted")
 		return in
 	}
-	tr := srv.withEarlierRuns(ctx, t, in, log)
-	msgs := tr.Context(in.RunID)
-	if t.Sealed != nil {
-		// The older messages, from the thread's records: as many as the budget may take.
-		older, err := srv.cfg.Threads.SealedMessages(ctx, t, srv.cfg.AgentHistoryBytes)
-		if err != nil {
-			log.WarnContext(ctx, "agent history: reading the thread's older messages", slog.String(keyErr, err.Error()))
-		}
-		msgs = append(older, msgs...)
+	earlier, release := srv.earlierRuns(ctx, t, in.RunID, log)
+	input, w, err := srv.cfg.Threads.AgentMessages(ctx, t, in.RunID, earlier, in.Messages, srv.cfg.AgentHistoryBytes)
+	release()
+	if err != nil {
+		log.WarnContext(ctx, "agent history: left out what could not be read", slog.String(keyErr, err.Error()))
 	}
-	input, w := thread.AgentInput(thread.AgentMessages(msgs), in.Messages, srv.cfg.AgentHistoryBytes)
 	span.SetAttributes(tracing.KeyHistoryMessages.Int(w.Messages), tracing.KeyHistoryBytes.Int(w.Bytes),
 		tracing.KeyHistoryDropped.Int(w.Dropped))
 	if w.Dropped > 0 {
@@ -66,43 +60,32 @@ func (srv *Server) agentInput(ctx context.Context, t *threadstore.Thread, in *pr
 	return in.WithMessages(input)
 }
 
-// maxEarlierRuns bounds the earlier runs a run's start reads (withEarlierRuns): the newest.
+// maxEarlierRuns bounds the earlier runs a run's start reads (earlierRuns): the newest.
 const maxEarlierRuns = 4
 
-// withEarlierRuns returns t's transcript with the events of each run accepted before in's
-// that t holds as running and whose log ends with its terminal: a client that saw a reply's
-// terminal may post its next message before that run's gateway finished its thread (it does
-// once the run's log is closed), and the reply belongs in the next run's context. A run still
-// streaming is left out (its reply is not settled). The newest maxEarlierRuns such runs are
-// read, none while the memory budget admits no new work; a log that cannot be read is logged
-// and left out. A run of this gateway that just ended is not read: its thread log's events
-// are at hand (Server.settled). The transcript returned is only the agent's context: the
-// earlier runs are applied with FinishContext, which leaves their messages' metadata unmerged.
-func (srv *Server) withEarlierRuns(ctx context.Context, t *threadstore.Thread, in *protocol.RunAgentInput, log *slog.Logger) thread.Transcript {
-	tr := t.Transcript
-	var earlier []string
-	for _, r := range t.Runs {
-		if r.RunID == in.RunID {
-			break
-		}
-		if r.State == threadstore.ThreadRunRunning && tr.Anchored(r.RunID) {
-			earlier = append(earlier, r.RunID)
+// earlierRuns returns the events of each run accepted before runID that t holds as running
+// and whose log ends with its terminal (threadstore.Thread.EarlierRuns): a client that saw a
+// reply's terminal may post its next message before that run's gateway finished its thread
+// (it does once the run's log is closed), and the reply belongs in the next run's context. A
+// run still streaming is left out (its reply is not settled). The newest maxEarlierRuns such
+// runs are read, none while the memory budget admits no new work; a log that cannot be read
+// is logged and left out. A run of this gateway that just ended is not read: its events are
+// at hand (Server.settled). The logs read are charged to the memory budget until release.
+func (srv *Server) earlierRuns(ctx context.Context, t *threadstore.Thread, runID string, log *slog.Logger) (earlier []threadstore.RunEvents, release func()) {
+	ids := t.EarlierRuns(runID)
+	if len(ids) > maxEarlierRuns {
+		log.DebugContext(ctx, "agent history: earlier runs of the thread left unread", slog.Int("unread", len(ids)-maxEarlierRuns))
+		ids = ids[len(ids)-maxEarlierRuns:]
+	}
+	var releases []func()
+	release = func() {
+		for _, r := range releases {
+			r()
 		}
 	}
-	if len(earlier) > maxEarlierRuns {
-		log.DebugContext(ctx, "agent history: earlier runs of the thread left unread", slog.Int("unread", len(earlier)-maxEarlierRuns))
-		earlier = earlier[len(earlier)-maxEarlierRuns:]
-	}
-	cloned := false
-	for _, runID := range earlier {
-		if v, ok := srv.settled.Load(runKey{t.Principal, runID}); ok {
-			// A run of this gateway that just ended: its events are at hand.
-			if !cloned {
-				tr, cloned = tr.Clone(), true
-			}
-			if err := tr.FinishContext(runID, v.([]json.RawMessage)); err != nil {
-				log.WarnContext(ctx, "agent history: applying an earlier run of the thread", slog.String("earlierRunId", runID), slog.String(keyErr, err.Error()))
-			}
+	for _, id := range ids {
+		if v, ok := srv.settled.Load(runKey{t.Principal, id}); ok {
+			earlier = append(earlier, threadstore.RunEvents{RunID: id, Events: v.([]json.RawMessage)})
 			continue
 		}
 		if !srv.cfg.Budget.Admit() {
@@ -110,26 +93,20 @@ func (srv *Server) withEarlierRuns(ctx context.Context, t *threadstore.Thread, i
 			break
 		}
 		rctx, cancel := context.WithTimeout(ctx, threadTimeout)
-		entries, _, err := srv.cfg.Store.Snapshot(rctx, t.Principal, runID)
+		entries, _, err := srv.cfg.Store.Snapshot(rctx, t.Principal, id)
 		cancel()
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrUnknownRun) {
-				log.WarnContext(ctx, "agent history: reading an earlier run of the thread", slog.String("earlierRunId", runID), slog.String(keyErr, err.Error()))
+				log.WarnContext(ctx, "agent history: reading an earlier run of the thread", slog.String("earlierRunId", id), slog.String(keyErr, err.Error()))
 			}
 			continue
 		}
-		release := srv.charge(entries)
 		if n := len(entries); n > 0 && terminal(entries[n-1].Event) {
-			if !cloned {
-				tr, cloned = tr.Clone(), true
-			}
-			if err := tr.FinishContext(runID, threadstore.Events(entries)); err != nil {
-				log.WarnContext(ctx, "agent history: applying an earlier run of the thread", slog.String("earlierRunId", runID), slog.String(keyErr, err.Error()))
-			}
+			releases = append(releases, srv.charge(entries))
+			earlier = append(earlier, threadstore.RunEvents{RunID: id, Events: threadstore.Events(entries)})
 		}
-		release()
 	}
-	return tr
+	return earlier, release
 }
 
 // terminal reports whether event is a RUN_FINISHED or a RUN_ERROR.

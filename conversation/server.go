@@ -284,7 +284,7 @@ type Server struct {
 	// settled holds, by runKey, the events of this gateway's runs whose terminal was
 	// appended and whose thread is not finished yet ([]json.RawMessage): the next run of
 	// the thread takes its context from them without reading the log back
-	// (withEarlierRuns).
+	// (earlierRuns).
 	settled sync.Map
 }
 

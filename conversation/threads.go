@@ -17,7 +17,6 @@ import (
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
-	"github.com/wsgateway/wsgateway/thread"
 	"github.com/wsgateway/wsgateway/threadstore"
 )
 
@@ -36,11 +35,11 @@ type Threads interface {
 	Thread(ctx context.Context, principal, threadID string) (*threadstore.Thread, error)
 	Threads(ctx context.Context, principal string) ([]threadstore.ThreadSummary, error)
 	DeleteThread(ctx context.Context, principal, threadID string) error
-	// ThreadPage cuts a page of a thread's messages, its hot tail as hot, reading the
-	// records it reaches; SealedMessages returns the newest of the messages the thread's
-	// records hold, at least budget bytes of them (all for budget <= 0).
-	ThreadPage(ctx context.Context, t *threadstore.Thread, hot []thread.Message, limit int, before string) ([]thread.Message, string, error)
-	SealedMessages(ctx context.Context, t *threadstore.Thread, budget int) ([]thread.Message, error)
+	// Hydrate answers a page of a thread's messages with its active run's events so far,
+	// reading the records it reaches; AgentMessages returns what a run's agent is given of
+	// its thread (THREADS.md section 5), merged with what the run posted.
+	Hydrate(ctx context.Context, t *threadstore.Thread, activeRun string, active []json.RawMessage, limit int, before string) (threadstore.HydratePage, error)
+	AgentMessages(ctx context.Context, t *threadstore.Thread, runID string, earlier []threadstore.RunEvents, posted []protocol.Message, budget int) ([]protocol.Message, threadstore.Window, error)
 }
 
 // threadTimeout bounds a thread update of a turn's start or end, and a hydrate's reads.
@@ -242,10 +241,10 @@ const offsetBytes = 40
 
 // Hydrate answers (THREADS.md section 1).
 type hydrateAnswer struct {
-	Messages   []thread.Message   `json:"messages"`
-	ActiveRun  *runRef            `json:"activeRun"`
-	Interrupts *thread.Interrupts `json:"interrupts"`
-	Page       *pageInfo          `json:"page,omitempty"`
+	Messages   json.RawMessage `json:"messages"`
+	ActiveRun  *runRef         `json:"activeRun"`
+	Interrupts json.RawMessage `json:"interrupts"`
+	Page       *pageInfo       `json:"page,omitempty"`
 }
 
 type runRef struct {
@@ -285,10 +284,12 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 		writeJSONError(w, http.StatusServiceUnavailable, MsgMemoryBudget)
 		return
 	}
-	ans := hydrateAnswer{Messages: []thread.Message{}}
+	ans := hydrateAnswer{Messages: json.RawMessage("[]"), Interrupts: json.RawMessage("null")}
 	ctx, cancel := context.WithTimeout(r.Context(), threadTimeout)
 	defer cancel()
 	if t := srv.thread(ctx, principal, threadID); t != nil {
+		var activeRun string
+		var active []json.RawMessage
 		if runID := t.ActiveRun(); runID != "" {
 			entries, closed, err := srv.cfg.Store.Snapshot(ctx, principal, runID)
 			defer srv.charge(entries)()
@@ -303,29 +304,26 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 					t = &threadstore.Thread{}
 				}
 			case err == nil:
-				t.Transcript.Messages = t.Active(runID, threadstore.Events(entries))
+				activeRun, active = runID, threadstore.Events(entries)
 				ans.ActiveRun = &runRef{runID}
 			case !errors.Is(err, jetstream.ErrUnknownRun):
 				srv.log.Warn("hydrate: reading the active run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 			}
 		}
-		ans.Interrupts = t.Transcript.Interrupts
 		before := r.URL.Query().Get("before")
 		limit := pageLimit(r)
-		msgs, cursor, err := srv.cfg.Threads.ThreadPage(ctx, t, t.Transcript.Messages, limit, before)
+		page, err := srv.cfg.Threads.Hydrate(ctx, t, activeRun, active, limit, before)
 		if err != nil {
-			// The client shows a failed hydrate as an empty chat: answer what is at hand.
+			// The client shows a failed hydrate as an empty chat: the page answers what is
+			// at hand.
 			srv.log.Warn("hydrate: reading a thread's older messages", slog.String(keyErr, err.Error()))
-			msgs, cursor = thread.Page(t.Transcript.Messages, limit, before)
 		}
+		ans.Messages, ans.Interrupts = page.Messages, page.Interrupts
 		if limit > 0 {
-			ans.Page = &pageInfo{Truncated: cursor != "", Cursor: cursor}
+			ans.Page = &pageInfo{Truncated: page.Cursor != "", Cursor: page.Cursor}
 			if before != "" { // activeRun and interrupts matter on the first page only
-				ans.ActiveRun, ans.Interrupts = nil, nil
+				ans.ActiveRun, ans.Interrupts = nil, json.RawMessage("null")
 			}
-		}
-		if msgs != nil {
-			ans.Messages = msgs
 		}
 	}
 	writeJSON(w, http.StatusOK, ans)

@@ -13,9 +13,10 @@
 //     Store.FinishRun applies the run's log and records how it ended. Each is a
 //     compare-and-set on the thread's head; a store's updates of one thread go one at a time,
 //     each from the value the previous wrote.
-//   - Store.Thread reads a thread's head; Store.ThreadPage cuts a page of its messages and
-//     Store.SealedMessages returns its newest sealed ones (the agent's context), reading only
-//     the records they reach. Store.Threads lists a principal's threads from the heads'
+//   - Store.Thread reads a thread's head; Store.Hydrate answers a page of its messages (as
+//     JSON: the transcript's types stay here) and Store.AgentMessages the messages a run's
+//     agent is given, merged with what the run posted, reading only the records they reach
+//     (Store.ThreadPage, Store.SealedMessages). Store.Threads lists a principal's threads from the heads'
 //     headers; Store.DeleteThread removes a thread, its records and its runs' logs and
 //     metadata.
 //
