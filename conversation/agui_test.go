@@ -191,7 +191,7 @@ type heldCreates struct {
 	release chan struct{}
 }
 
-func (h *heldCreates) Create(ctx context.Context, principal, runID, threadID string, opts ...jetstream.CreateOption) (*jetstream.Writer, error) {
+func (h *heldCreates) Create(ctx context.Context, principal, runID, threadID string, opts ...jetstream.CreateOption) (conversation.RunLog, error) {
 	h.started <- struct{}{}
 	<-h.release
 	return h.Store.Create(ctx, principal, runID, threadID, opts...)

@@ -17,12 +17,11 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
 func TestTurnOutcomes(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{memory: true})
 	tests := []struct {
 		name string
 		sc   script
@@ -187,7 +186,7 @@ func TestResubmit(t *testing.T) {
 }
 
 func TestInboundFrames(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{memory: true})
 	cl := dial(t, e.url(), "")
 	cl.send([]byte("this is not JSON"))
 	if err := cl.c.Write(cl.ctx, websocket.MessageBinary, []byte{1, 2, 3}); err != nil {
@@ -349,7 +348,7 @@ type failingReads struct {
 	reads atomic.Int32
 }
 
-func (f *failingReads) Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error) {
+func (f *failingReads) Read(ctx context.Context, principal, runID, after string) (conversation.LogReader, error) {
 	f.reads.Add(1)
 	if u := f.until.Load(); u == 0 || time.Now().UnixNano() < u {
 		return nil, errors.New("read: nats: API error: code=503 err_code=10008 description=JetStream system temporarily unavailable")

@@ -8,6 +8,11 @@
 // socket and drains the turns. Config.Principal (or Config.Tokens) authenticates every
 // request.
 //
+// The Server reaches storage through the interfaces it declares: Store (the run logs:
+// RunStore of a *jetstream.Store; RunLog, LogReader) and Threads (a *threadstore.Store). Its
+// tests run on NATS where the logs are the point, and on an in-memory Store where they are
+// not (frames, heartbeats, per-socket limits).
+//
 // # Turns and replays
 //
 // Both transports share one turn-starting path and one replay path, so a turn started on

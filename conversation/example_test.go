@@ -21,7 +21,7 @@ func Example() {
 	}
 	defer store.Close()
 	srv, err := conversation.New(conversation.Config{
-		Store:     store,
+		Store:     conversation.RunStore(store),
 		Agent:     testAgent{},
 		Heartbeat: heartbeat.Config{Interval: 30 * time.Second, IdleTimeout: 5 * time.Minute},
 	})

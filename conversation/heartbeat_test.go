@@ -16,7 +16,7 @@ import (
 // is tested under testing/synctest in package heartbeat.
 
 func TestPingsSent(t *testing.T) {
-	e := newEnv(t, envOptions{heartbeat: heartbeat.Config{Interval: 50 * time.Millisecond, PongTimeout: 2 * time.Second, IdleTimeout: time.Minute}})
+	e := newEnv(t, envOptions{memory: true, heartbeat: heartbeat.Config{Interval: 50 * time.Millisecond, PongTimeout: 2 * time.Second, IdleTimeout: time.Minute}})
 	cl := dial(t, e.url(), "")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
@@ -41,7 +41,7 @@ func TestPingsSent(t *testing.T) {
 
 func TestIdleClose(t *testing.T) {
 	hb := heartbeat.Config{Interval: time.Hour, IdleTimeout: 300 * time.Millisecond}
-	e := newEnv(t, envOptions{heartbeat: hb})
+	e := newEnv(t, envOptions{memory: true, heartbeat: hb})
 
 	quiet := dial(t, e.url(), "")
 	start := time.Now()
@@ -78,7 +78,7 @@ func TestIdleClose(t *testing.T) {
 
 func TestDeadPeer(t *testing.T) {
 	hb := heartbeat.Config{Interval: 100 * time.Millisecond, PongTimeout: 200 * time.Millisecond, IdleTimeout: time.Minute}
-	e := newEnv(t, envOptions{heartbeat: hb})
+	e := newEnv(t, envOptions{memory: true, heartbeat: hb})
 	// A client that never reads never answers protocol pings.
 	cl := dial(t, e.url(), "")
 	e.waitMetric(t, "wsgateway_conversation_open_sockets", "conversation", 1)

@@ -136,8 +136,9 @@ func abortFrame(runID string) []byte {
 	return []byte(fmt.Sprintf(`{"type":"abort","runId":%q}`, runID))
 }
 
-// env is one gateway: a Store on NATS, a Server, an HTTP server.
+// env is one gateway: a Store on NATS (or a memStore), a Server, an HTTP server.
 type env struct {
+	logs    conversation.Store // the Server's, before envOptions.wrap
 	store   *jetstream.Store
 	threads *threadstore.Store
 	srv     *conversation.Server
@@ -192,6 +193,9 @@ type envOptions struct {
 	// AgentHistoryBytes.
 	historyClient bool
 	historyBytes  int
+	// memory runs the gateway on a memStore, without NATS and without threads: for the
+	// tests in which NATS is beside the point. env.store and env.threads are nil then.
+	memory bool
 }
 
 // newEnv starts a gateway. Without a NATS URL it starts an embedded NATS server with
@@ -209,15 +213,22 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.natsURL == "" {
 		cfg.DataDir = t.TempDir()
 	}
-	store, err := jetstream.Open(ctx, cfg)
-	if err != nil {
-		t.Fatalf("jetstream.Open() = %v", err)
-	}
-	ts, err := threadstore.Open(ctx, store, threadstore.Config{MaxThreadsPerPrincipal: o.maxThreads,
-		Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		store.Close()
-		t.Fatalf("threadstore.Open() = %v", err)
+	var store *jetstream.Store
+	var ts *threadstore.Store
+	var cs conversation.Store = newMemStore()
+	var threads conversation.Threads
+	if !o.memory {
+		var err error
+		if store, err = jetstream.Open(ctx, cfg); err != nil {
+			t.Fatalf("jetstream.Open() = %v", err)
+		}
+		ts, err = threadstore.Open(ctx, store, threadstore.Config{MaxThreadsPerPrincipal: o.maxThreads,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			store.Close()
+			t.Fatalf("threadstore.Open() = %v", err)
+		}
+		cs, threads = conversation.RunStore(store), ts
 	}
 	reg := prometheus.NewRegistry()
 	if o.heartbeat.Interval == 0 {
@@ -236,15 +247,15 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if o.usage != nil {
 		uc := *o.usage
 		uc.JetStream = store.JetStream()
+		var err error
 		if ledger, err = usage.New(ctx, uc); err != nil {
 			t.Fatalf("usage.New() = %v", err)
 		}
 	}
-	var cs conversation.Store = store
+	logs := cs
 	if o.wrap != nil {
 		cs = o.wrap(cs)
 	}
-	var threads conversation.Threads = ts
 	if o.wrapThreads != nil {
 		threads = o.wrapThreads(threads)
 	}
@@ -303,15 +314,17 @@ func newEnv(t testing.TB, o envOptions) *env {
 	hs := httptest.NewUnstartedServer(mux)
 	hs.Config.ReadTimeout, hs.Config.WriteTimeout = o.serverTimeout, o.serverTimeout
 	hs.Start()
-	e := &env{store: store, threads: ts, srv: srv, http: hs, reg: reg, ledger: ledger}
+	e := &env{logs: logs, store: store, threads: ts, srv: srv, http: hs, reg: reg, ledger: ledger}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		srv.Shutdown(ctx)
 		hs.Close()
 		ledger.Close(ctx)
-		ts.Close()
-		store.Close()
+		if store != nil {
+			ts.Close()
+			store.Close()
+		}
 	})
 	return e
 }
@@ -566,8 +579,7 @@ func (e *env) waitClosed(t testing.TB, runID string) {
 	t.Helper()
 	deadline := time.Now().Add(60 * time.Second)
 	for time.Now().Before(deadline) {
-		info, err := e.store.Run(context.Background(), "p1", runID)
-		if err == nil && info.State == jetstream.RunClosed {
+		if _, closed, err := e.logs.Snapshot(context.Background(), "p1", runID); err == nil && closed {
 			return
 		}
 		time.Sleep(20 * time.Millisecond)

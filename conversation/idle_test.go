@@ -210,7 +210,7 @@ func TestPipelinedRunFrame(t *testing.T) {
 // a run frame in the same write, or between the fragments of a run frame, and the socket
 // serves the run frames.
 func TestControlFrames(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{memory: true})
 	rc := dialRaw(t, e, nil)
 
 	// Alone, twice (the server waits for input between them).
@@ -240,7 +240,7 @@ func TestControlFrames(t *testing.T) {
 // TestLargeRunFrames: run frames of a few KB and of almost the read limit (1 MiB) are read
 // whole; a larger one closes the socket 1009.
 func TestLargeRunFrames(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{memory: true})
 	cl := dial(t, e.url(), "")
 	for _, size := range []int{4 << 10, 1<<20 - 1024} {
 		runID := fmt.Sprintf("large-%d", size)
@@ -303,7 +303,7 @@ func TestTLSSocket(t *testing.T) {
 // when the server closes may get a reset instead of the close frame: TCP discards what the
 // server had not sent yet.)
 func TestCloseWhilePinging(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{memory: true})
 	const sockets = 20
 	clients := make([]*rawClient, sockets)
 	for i := range clients {

@@ -60,7 +60,7 @@ func expectNoLog(t testing.TB, e *env, runID string) {
 }
 
 func TestMaxTurnsPerSocket(t *testing.T) {
-	e := newEnv(t, envOptions{maxTurns: 2})
+	e := newEnv(t, envOptions{memory: true, maxTurns: 2})
 	cl := dial(t, e.url(), "")
 	for _, id := range []string{"a", "b"} {
 		cl.send(runFrame(id, script{Tokens: 1, Block: true}))
@@ -95,7 +95,7 @@ func TestMaxTurnsPerSocket(t *testing.T) {
 
 func TestRunFrameRate(t *testing.T) {
 	// A rate this low refills nothing during the test: the burst is all there is.
-	e := newEnv(t, envOptions{runFrameRate: 0.001, runFrameBurst: 2})
+	e := newEnv(t, envOptions{memory: true, runFrameRate: 0.001, runFrameBurst: 2})
 	cl := dial(t, e.url(), "")
 	for _, id := range []string{"a", "b"} {
 		cl.send(runFrame(id, script{Tokens: 1, Block: true}))

@@ -51,7 +51,7 @@ func TestOversizedMessage(t *testing.T) {
 		{"fragments over the limit, on a resume socket", resuming, fragments(limit/4, 8)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEnv(t, envOptions{})
+			e := newEnv(t, envOptions{memory: true})
 			var msg []byte
 			for _, f := range tc.frames {
 				msg = append(msg, f...)

@@ -10,7 +10,6 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/jetstream"
 )
 
 // firstNowFails is a Store whose first "now" reader fails after a second, having sent
@@ -21,7 +20,7 @@ type firstNowFails struct {
 	failed atomic.Bool
 }
 
-func (f *firstNowFails) Read(ctx context.Context, principal, runID, after string) (*jetstream.Reader, error) {
+func (f *firstNowFails) Read(ctx context.Context, principal, runID, after string) (conversation.LogReader, error) {
 	r, err := f.Store.Read(ctx, principal, runID, after)
 	if err != nil || after != "now" || !f.failed.CompareAndSwap(false, true) {
 		return r, err

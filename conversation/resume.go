@@ -174,7 +174,7 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 			}
 			pause = min(2*pause, replayBackoffMax)
 		}
-		var r *jetstream.Reader
+		var r LogReader
 		r, err = srv.cfg.Store.Read(ctx, principal, runID, after)
 		switch {
 		case err == nil:
@@ -219,7 +219,7 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 // forward sends r's events until the log's end (done) or an error, and returns the offset
 // of the last event sent (after, when none was); sendFailed tells a send error from a read
 // error.
-func forward(ctx context.Context, r *jetstream.Reader, after string, send func(context.Context, string, []byte) error) (last string, done, sendFailed bool, err error) {
+func forward(ctx context.Context, r LogReader, after string, send func(context.Context, string, []byte) error) (last string, done, sendFailed bool, err error) {
 	last = after
 	for {
 		e, err := r.Next(ctx)

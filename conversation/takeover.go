@@ -152,7 +152,7 @@ type takeoverLog interface {
 // stored offsets; the rest goes to the writer. The first mismatch appends replayDiverged and
 // fails every append from then on.
 type replayLog struct {
-	w      *jetstream.Writer
+	w      RunLog
 	stored []jetstream.Entry
 
 	mu       sync.Mutex
@@ -245,7 +245,7 @@ func fingerprint(event []byte) string {
 // writes first when the log holds one: that message's events get the stored message's id
 // (they are dropped when the stored message has ended); the rest is appended as it comes.
 type continueLog struct {
-	w        *jetstream.Writer
+	w        RunLog
 	started  string // offset of the stored RUN_STARTED ("" when none)
 	last     string // offset of the last stored event
 	msgID    string // the stored text message's id ("" when none)
@@ -263,7 +263,7 @@ var errNotContinuable = errors.New("the stored events are not a run's start and 
 // newContinueLog returns the log of a takeover that continues what stored holds (the
 // run.accepted marker, RUN_STARTED, at most one text message) and the assistant message
 // that gives the agent the stored reply (nil when no text message is stored).
-func newContinueLog(w *jetstream.Writer, stored []jetstream.Entry) (*continueLog, *protocol.Message, error) {
+func newContinueLog(w RunLog, stored []jetstream.Entry) (*continueLog, *protocol.Message, error) {
 	l := &continueLog{w: w}
 	var text strings.Builder
 	for i, e := range stored {

@@ -93,7 +93,7 @@ func (s *Server) newReplayTrace(ctx context.Context, principal, runID, offset st
 }
 
 // opened starts the span, once, when the reader r opened the run's log.
-func (rt *replayTrace) opened(r *jetstream.Reader) {
+func (rt *replayTrace) opened(r LogReader) {
 	if rt == nil || rt.span != nil {
 		return
 	}

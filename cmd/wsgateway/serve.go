@@ -274,7 +274,7 @@ func (g *gateway) build(ctx context.Context) error {
 		QueueBytes:     int(cfg.queueBytes),
 		EarlyAborts:    cfg.earlyAborts,
 		EarlyAbortTTL:  cfg.earlyAbortTTL,
-		Store:          g.store,
+		Store:          conversation.RunStore(g.store),
 		Threads:        g.threads,
 		Agent:          agent,
 		Replay:         cfg.takeover == "on" || cfg.takeover == "continue" || cfg.takeover == "auto" && cfg.agent == agentDemo,
