@@ -87,6 +87,13 @@ func farNATS(tb testing.TB, lab *netLab, delay time.Duration) []string {
 				tb.Logf("delay proxy to %s:\n%s", node, out.String())
 			}
 		})
+		// A gateway started before the relay listens finds no NATS server and exits (it
+		// failed so in CI): the relay says it listens once it does.
+		for deadline := time.Now().Add(10 * time.Second); !strings.Contains(out.String(), "delay-proxy "); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				tb.Fatalf("the delay proxy to %s does not listen after 10s: %q", node, out.String())
+			}
+		}
 		names = append(names, "far:nats://"+listen)
 	}
 	return names
