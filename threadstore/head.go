@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	nats "github.com/nats-io/nats.go"
@@ -160,15 +161,95 @@ func (s *Store) threadsRead(ctx context.Context, principal string) ([]ThreadSumm
 	return list, read, nil
 }
 
-// threadCount returns how many threads the principal has: the subjects of its heads, which
+// countThreads returns how many threads the principal has: the subjects of its heads, which
 // the bucket's stream counts in one request (a deleted thread's subject is purged whole,
-// DeleteThread; an expired head's message is gone).
-func (s *Store) threadCount(ctx context.Context, principal string) (int, error) {
+// DeleteThread; an expired head's message is gone). Its answer names every subject counted.
+func (s *Store) countThreads(ctx context.Context, principal string) (int, error) {
 	info, err := s.threadStream.Info(ctx, natsjs.WithSubjectFilter("$KV."+s.cfg.Bucket+"."+principalPrefix(principal)+".*"))
 	if err != nil {
 		return 0, fmt.Errorf("threads: %w", err)
 	}
 	return len(info.State.Subjects), nil
+}
+
+// threadCounts keeps the principals' thread counts as this store last learnt them
+// (countThreads), for countFresh, with the threads it created and deleted since: a run that
+// would start a thread costs that request once per principal and countFresh, however many
+// start at once (a count's answer grows with the principal's threads). Another gateway's
+// creations are seen at the next count: the bound of threads per principal holds across a
+// cluster within countFresh.
+type threadCounts struct {
+	mu    sync.Mutex
+	m     map[string]*threadCount
+	asked int // the counts asked of the stream
+}
+
+// threadCount is a principal's count: n once done is closed (err: the count failed), from
+// the count of at and this store's creations and deletions since it was asked.
+type threadCount struct {
+	done chan struct{}
+	n    int
+	err  error
+	at   time.Time
+}
+
+const (
+	// countFresh is how long a principal's thread count is used.
+	countFresh = 5 * time.Second
+	// maxCounts bounds the principals whose counts are kept.
+	maxCounts = 10000
+)
+
+// threadCount returns how many threads the principal has (threadCounts).
+func (s *Store) threadCount(ctx context.Context, principal string) (int, error) {
+	c := &s.counts
+	c.mu.Lock()
+	e := c.m[principal]
+	if e == nil || !e.at.IsZero() && time.Since(e.at) > countFresh {
+		if c.m == nil {
+			c.m = map[string]*threadCount{}
+		}
+		if len(c.m) >= maxCounts {
+			for p, old := range c.m {
+				if !old.at.IsZero() && time.Since(old.at) > countFresh {
+					delete(c.m, p)
+				}
+			}
+		}
+		e = &threadCount{done: make(chan struct{})}
+		c.m[principal] = e
+		c.asked++
+		c.mu.Unlock()
+		n, err := s.countThreads(ctx, principal)
+		c.mu.Lock()
+		e.n, e.err, e.at = e.n+n, err, time.Now()
+		if err != nil && c.m[principal] == e {
+			delete(c.m, principal) // the next run asks again
+		}
+		close(e.done)
+		defer c.mu.Unlock()
+		return e.n, e.err
+	}
+	c.mu.Unlock()
+	select {
+	case <-e.done:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return e.n, e.err
+}
+
+// counted adds delta (a thread this store created, 1, or deleted, -1) to the principal's
+// count, if it keeps one.
+func (s *Store) counted(principal string, delta int) {
+	c := &s.counts
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e := c.m[principal]; e != nil {
+		e.n += delta
+	}
 }
 
 // threadListWait bounds the wait for one batch of a thread list's heads.

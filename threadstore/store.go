@@ -102,6 +102,8 @@ type Store struct {
 	threadBytes atomic.Int64
 	// sealing counts the seals in the background (sealLater).
 	sealing atomic.Int64
+	// counts keeps the principals' thread counts (head.go).
+	counts threadCounts
 }
 
 // Open creates or updates the threads' bucket on the run store's connection, and finishes

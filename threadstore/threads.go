@@ -421,8 +421,10 @@ func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string)
 // THREADS.md section 5).
 func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead) (*Thread, error) {
 	var written *Thread
+	var created bool
 	key := threadKey(principal, threadID)
 	err := s.updateThread(ctx, principal, threadID, ahead, func(t *Thread, exists bool) (bool, error) {
+		created = !exists
 		defer func() { // the next update of the thread starts from t, and changes it
 			written = &Thread{ThreadHead: t.ThreadHead, Transcript: t.Transcript.Clone(), Sealed: t.Sealed}
 			written.Runs = slices.Clone(t.Runs)
@@ -468,6 +470,9 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 	})
 	if err != nil {
 		return nil, err
+	}
+	if created {
+		s.counted(principal, 1)
 	}
 	return written, nil
 }
@@ -635,6 +640,7 @@ func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) er
 	if err := s.threadStream.Purge(ctx, natsjs.WithPurgeSubject(s.headSubject(key))); err != nil {
 		return fmt.Errorf("delete thread: %w", err)
 	}
+	s.counted(principal, -1)
 	// Its parts, records and segments: every key below the thread's.
 	if err := s.threadStream.Purge(ctx, natsjs.WithPurgeSubject(s.headSubject(key)+".>")); err != nil {
 		return fmt.Errorf("delete thread: %w", err)

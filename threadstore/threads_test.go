@@ -312,3 +312,46 @@ func TestThreadKeptValue(t *testing.T) {
 		s.kept.mu.Unlock()
 	}
 }
+
+// TestThreadCountKept: runs that start threads of one principal at once count its threads
+// with one request, and the store's own creations and deletions keep the bound exact.
+func TestThreadCountKept(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Threads.MaxThreadsPerPrincipal = 25
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	start := func(i int) error {
+		id := fmt.Sprintf("T%d", i)
+		_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id))
+		return err
+	}
+	var wg sync.WaitGroup
+	for i := range 20 {
+		wg.Go(func() {
+			if err := start(i); err != nil {
+				t.Errorf("thread %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+	s.counts.mu.Lock()
+	asked := s.counts.asked
+	s.counts.mu.Unlock()
+	if asked != 1 {
+		t.Errorf("20 new threads at once asked the stream for the count %d times, want 1", asked)
+	}
+	for i := 20; i < 25; i++ {
+		if err := start(i); err != nil {
+			t.Fatalf("thread %d of 25: %v", i, err)
+		}
+	}
+	if err := start(25); !errors.Is(err, ErrThreadLimit) {
+		t.Fatalf("a 26th thread: %v, want ErrThreadLimit", err)
+	}
+	if err := s.DeleteThread(ctx, "alice", "T0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := start(25); err != nil {
+		t.Fatalf("a thread after a delete: %v", err)
+	}
+}

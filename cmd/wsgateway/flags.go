@@ -289,7 +289,7 @@ var serveFlags = []serveFlag{
 	{"max-takeovers", "3", "takeovers of one run (1 to 100); a run whose gateway dies again after as many ends RUN_ERROR producer_lost", intRange(100, func(c *serveConfig) *int { return &c.maxTakeovers })},
 	{"retention", "24h", "how long run logs are kept (resumable)", durationSetter(func(c *serveConfig) *time.Duration { return &c.retention })},
 	{"thread-retention", "720h", "how long a thread (its transcript and list of runs) is kept after its last turn, independently of the runs' logs", durationSetter(func(c *serveConfig) *time.Duration { return &c.threadRetention })},
-	{"max-threads-per-principal", "10000", "threads one principal may have, cluster-wide (a bound of the thread store, counted when a run would start another; runs started at the same moment may pass it together); a run that would start one more ends RUN_ERROR limit_exceeded after run.accepted; 0: no bound", func(c *serveConfig, v string) error {
+	{"max-threads-per-principal", "10000", "threads one principal may have, cluster-wide (a bound of the thread store, counted when a run would start another, each gateway's count kept 5 s with its own creations and deletions; runs started at the same moment, or on another gateway within those 5 s, may pass it together); a run that would start one more ends RUN_ERROR limit_exceeded after run.accepted; 0: no bound", func(c *serveConfig, v string) error {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
 			return fmt.Errorf("want a whole number, 0 for no bound")
