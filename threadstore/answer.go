@@ -21,7 +21,7 @@ type HydratePage struct {
 	Cursor     string          // the page before this one ("" at the thread's start, or with no limit)
 }
 
-// Hydrate returns the page of t's messages that limit and before name (as ThreadPage takes
+// Hydrate returns the page of t's messages that limit and before name (as threadPage takes
 // them), with active, the events stored so far of activeRun, the run t holds as active ("":
 // none), applied to its hot tail. When the records of the page cannot be read, it answers
 // the page of the hot tail alone, and the error.
@@ -30,7 +30,7 @@ func (s *Store) Hydrate(ctx context.Context, t *Thread, activeRun string, active
 	if activeRun != "" {
 		hot = t.Active(activeRun, active)
 	}
-	msgs, cursor, err := s.ThreadPage(ctx, t, hot, limit, before)
+	msgs, cursor, err := s.threadPage(ctx, t, hot, limit, before)
 	if err != nil {
 		msgs, cursor = thread.Page(hot, limit, before)
 	}
@@ -94,7 +94,7 @@ func (s *Store) AgentMessages(ctx context.Context, t *Thread, runID string, earl
 	}
 	msgs := tr.Context(runID)
 	if t.Sealed != nil {
-		older, err := s.SealedMessages(ctx, t, budget)
+		older, err := s.sealedMessages(ctx, t, budget)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("reading the thread's older messages: %w", err))
 		}

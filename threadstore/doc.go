@@ -16,9 +16,8 @@
 //   - Store.Thread reads a thread's head; Store.Hydrate answers a page of its messages (as
 //     JSON: the transcript's types stay here) and Store.AgentMessages the messages a run's
 //     agent is given, merged with what the run posted, reading only the records they reach
-//     (Store.ThreadPage, Store.SealedMessages). Store.Threads lists a principal's threads from the heads'
-//     headers; Store.DeleteThread removes a thread, its records and its runs' logs and
-//     metadata.
+//     (log.go). Store.Threads lists a principal's threads from the heads' headers;
+//     Store.DeleteThread removes a thread, its records and its runs' logs and metadata.
 //
 // # Layout
 //

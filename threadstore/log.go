@@ -686,11 +686,11 @@ func postedMessages(input json.RawMessage) []postedMessage {
 	return in.Messages
 }
 
-// SealedMessages returns the newest of t's sealed messages, oldest first, at least budget
+// sealedMessages returns the newest of t's sealed messages, oldest first, at least budget
 // bytes of their JSON if it has as many (all of them for budget <= 0), after its leading
 // system messages (Sealed.Lead) when the newest do not reach back to them. It returns nil
 // for a thread with none sealed.
-func (s *Store) SealedMessages(ctx context.Context, t *Thread, budget int) ([]thread.Message, error) {
+func (s *Store) sealedMessages(ctx context.Context, t *Thread, budget int) ([]thread.Message, error) {
 	if t == nil || t.Sealed == nil {
 		return nil, nil
 	}
@@ -750,13 +750,13 @@ func parseSealedCursor(s string) (sealedCursor, bool) {
 	return c, true
 }
 
-// ThreadPage cuts a page of t's messages, newest window first, as thread.Page cuts a
+// threadPage cuts a page of t's messages, newest window first, as thread.Page cuts a
 // transcript, reading the records of its window: hot is t's hot tail as the hydrate shows
 // it (with an active run's message). limit <= 0 answers every message (every record read)
-// and cursor "". before is "" for the newest window, or a cursor ThreadPage issued: the
+// and cursor "". before is "" for the newest window, or a cursor threadPage issued: the
 // window then holds the newest limit messages strictly older than it. A cursor naming no
 // message of the thread answers an empty window and "".
-func (s *Store) ThreadPage(ctx context.Context, t *Thread, hot []thread.Message, limit int, before string) (window []thread.Message, cursor string, err error) {
+func (s *Store) threadPage(ctx context.Context, t *Thread, hot []thread.Message, limit int, before string) (window []thread.Message, cursor string, err error) {
 	if t.Sealed == nil {
 		w, c := thread.Page(hot, limit, before)
 		return w, c, nil

@@ -63,7 +63,7 @@ func pageAll(t *testing.T, s *Store, threadID string, limit int) []string {
 	}
 	var ids []string
 	for before, pages := "", 0; ; pages++ {
-		window, cursor, err := s.ThreadPage(ctx, th, th.Transcript.Messages, limit, before)
+		window, cursor, err := s.threadPage(ctx, th, th.Transcript.Messages, limit, before)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -121,7 +121,7 @@ func TestThreadLog(t *testing.T) {
 	if th, err = s.Thread(ctx, "alice", "T"); err != nil {
 		t.Fatal(err)
 	}
-	window, cursor, err := s.ThreadPage(ctx, th, th.Transcript.Messages, 1, "")
+	window, cursor, err := s.threadPage(ctx, th, th.Transcript.Messages, 1, "")
 	if err != nil || cursor != "urx" || len(window) != 1 || window[0].ID != "urx" {
 		t.Fatalf("newest page of 1 while rx runs: %v, cursor %q, err %v", ids(window), cursor, err)
 	}
@@ -132,7 +132,7 @@ func TestThreadLog(t *testing.T) {
 	if th, err = s.Thread(ctx, "alice", "T"); err != nil || len(th.Transcript.Messages) != 0 {
 		t.Fatalf("after rx: %d hot messages, %v", len(th.Transcript.Messages), err)
 	}
-	older, _, err := s.ThreadPage(ctx, th, th.Transcript.Messages, 5, cursor)
+	older, _, err := s.threadPage(ctx, th, th.Transcript.Messages, 5, cursor)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,16 +142,16 @@ func TestThreadLog(t *testing.T) {
 	want = append(want, "urx", "a-rx")
 
 	// The agent's context: the newest sealed messages, at least the budget's bytes.
-	msgs, err := s.SealedMessages(ctx, th, 2000)
+	msgs, err := s.sealedMessages(ctx, th, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}
 	b, _ := json.Marshal(msgs)
 	if len(b) < 1000 || len(msgs) == th.Sealed.Count || msgs[len(msgs)-1].ID != want[th.Sealed.Count-1] {
-		t.Fatalf("SealedMessages(2000): %d messages, %d bytes, last %s", len(msgs), len(b), msgs[len(msgs)-1].ID)
+		t.Fatalf("sealedMessages(2000): %d messages, %d bytes, last %s", len(msgs), len(b), msgs[len(msgs)-1].ID)
 	}
-	if all, _ := s.SealedMessages(ctx, th, 0); len(all) != th.Sealed.Count {
-		t.Fatalf("SealedMessages(0): %d messages, want %d", len(all), th.Sealed.Count)
+	if all, _ := s.sealedMessages(ctx, th, 0); len(all) != th.Sealed.Count {
+		t.Fatalf("sealedMessages(0): %d messages, want %d", len(all), th.Sealed.Count)
 	}
 }
 

@@ -61,7 +61,7 @@ func TestThreadLargerThanAMessage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	all, _, err := stores[0].ThreadPage(ctx, th, th.Transcript.Messages, 0, "")
+	all, _, err := stores[0].threadPage(ctx, th, th.Transcript.Messages, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func turnEvents(threadID, runID, text string) []json.RawMessage {
 // texts returns the thread's messages as "role:text" strings.
 func texts(tb testing.TB, s *Store, t *Thread) map[string]string {
 	tb.Helper()
-	msgs, _, err := s.ThreadPage(context.Background(), t, t.Transcript.Messages, 0, "")
+	msgs, _, err := s.threadPage(context.Background(), t, t.Transcript.Messages, 0, "")
 	if err != nil {
 		tb.Fatal(err)
 	}
