@@ -3,6 +3,7 @@ package jetstream
 import (
 	"context"
 	"errors"
+	"math"
 	"strconv"
 	"strings"
 	"testing"
@@ -614,6 +615,47 @@ func TestCreateOverStrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkEntries(t, "log over strays", readAll(t, r), events, offs)
+}
+
+// TestCreateOverDeadCreate: a store that dies between a run's lease and its metadata leaves
+// a lease that holds the run until its liveness key lapses. The client, told the run is
+// unknown, sends it again; that Create waits the lease out and starts the run, where it used
+// to give up after half a second.
+func TestCreateOverDeadCreate(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.LeaseTTL = 1500 * time.Millisecond
+	cfg.ReapInterval = 250 * time.Millisecond
+	s := openStore(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// The dead store's liveness key, written last just before it died, and its lease on "r".
+	expires := time.Now().Add(cfg.LeaseTTL)
+	if _, err := s.live.Put(ctx, liveKey("dead"), mustJSON(lease{Owner: "dead", Expires: expires.UnixMilli()})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.leases.Create(ctx, runKey("r"), mustJSON(lease{Owner: "dead", Expires: math.MaxInt64, Gen: 1, Live: liveKey("dead")})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Run(ctx, "alice", "r"); !errors.Is(err, ErrUnknownRun) {
+		t.Fatalf("Run of the dead create = %v, want ErrUnknownRun", err)
+	}
+	w, err := s.Create(ctx, "alice", "r", "t")
+	if err != nil {
+		t.Fatalf("Create over the dead create's lease: %v", err)
+	}
+	if time.Now().Before(expires) {
+		t.Errorf("Create took the lease of a store still live (until %v)", expires)
+	}
+	offsets := mustAppend(t, w, [][]byte{event("r", 0)})
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := s.Read(ctx, "alice", "r", FromStart)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	checkEntries(t, "the run sent again", readAll(t, r), [][]byte{event("r", 0)}, offsets)
 }
 
 // TestCreateFailedLeavesNoRun: a Create whose open record fails (not fenced: the stream

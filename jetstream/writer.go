@@ -265,8 +265,14 @@ type claim struct {
 // written on a run before it is known to be the caller's: the lease of a run whose metadata
 // was not read is only created where none is, and the metadata only created where none is,
 // or updated at the revision read.
+//
+// Compare-and-set conflicts with concurrent creates end within a few attempts; a lease
+// without metadata may outlast them, since it can be a create's whose store died between the
+// two: it holds the run until the store's liveness lapses (a LeaseTTL at most) or a reaper
+// drops it, and the attempts go on until then.
 func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo, first int) (claim, error) {
-	for attempt := first; attempt < 10; attempt++ {
+	held := time.Now().Add(2 * s.cfg.LeaseTTL)
+	for attempt := first; attempt < 10 || time.Now().Before(held); attempt++ {
 		// The first attempt supposes a new run, the common case, and asks nothing: the
 		// metadata's create fails if the run exists, and the next attempt reads it.
 		var e natsjs.KeyValueEntry
@@ -308,7 +314,7 @@ func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo, first i
 		}
 		return claim{leaseRev: leaseRev, metaRev: metaRev, existed: e != nil}, nil
 	}
-	return claim{}, fmt.Errorf("create: concurrent creates of one run")
+	return claim{}, fmt.Errorf("create: the run stayed held by concurrent creates, or by a lease without metadata for %v", 2*s.cfg.LeaseTTL)
 }
 
 // readRun returns the run's metadata entry and its value (nil and the zero RunInfo when
@@ -348,7 +354,7 @@ func (s *Store) takeLease(ctx context.Context, key string, e natsjs.KeyValueEntr
 		// No metadata, yet a lease: a concurrent Create between its lease and its metadata,
 		// or an expired lease whose run is gone.
 		if rev, err = s.takeStrayLease(ctx, key, val); err == nil && rev == 0 {
-			if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
+			if err := s.sleep(ctx, min(25*time.Millisecond<<min(attempt, 6), time.Second)); err != nil {
 				return 0, false, fmt.Errorf("create: %w", err)
 			}
 			return 0, true, nil
