@@ -662,16 +662,39 @@ func (r *Reader) release() {
 func (r *Reader) deleteConsumer(name string) { r.s.deleteConsumer(r.st, name) }
 
 // createConsumer creates a consumer on st. A request that got no answer (its context ended,
-// or the connection failed) may still have made the consumer, which nobody would pull from
-// until its inactive threshold: it is deleted.
+// or the connection failed) may still make the consumer, which nobody would pull from until
+// its inactive threshold: it is deleted (dropUnanswered).
 func (s *Store) createConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error) {
 	cons, err := st.CreateConsumer(ctx, cfg)
 	var apiErr *natsjs.APIError
 	if err != nil && !errors.As(err, &apiErr) {
-		s.deleteConsumer(st, cfg.Name)
+		s.dropUnanswered(st, cfg.Name)
 	}
 	return cons, err
 }
+
+// dropUnanswered deletes, in the background, the consumer name of st whose creation got no
+// answer. A delete may find none while the creation is still on its way (in a cluster, through
+// the meta leader's log) and made after: deletes are tried, further and further apart, until
+// one deletes it, or the store closes, or for twice unansweredWatch.
+func (s *Store) dropUnanswered(st natsjs.Stream, name string) {
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for wait := 100 * time.Millisecond; ; wait *= 2 {
+			ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PublishTimeout)
+			err := st.DeleteConsumer(ctx, name)
+			cancel()
+			if err == nil || wait > unansweredWatch || s.sleep(s.ctx, wait) != nil {
+				return
+			}
+		}
+	}()
+}
+
+// unansweredWatch is half of how long dropUnanswered watches for a consumer whose creation
+// got no answer: well within readerInactiveThreshold, after which the server drops it anyway.
+const unansweredWatch = 3200 * time.Millisecond
 
 // deleteConsumer deletes the consumer name of st, if it is there.
 func (s *Store) deleteConsumer(st natsjs.Stream, name string) {
