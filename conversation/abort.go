@@ -145,3 +145,18 @@ func writeJSONError(w http.ResponseWriter, status int, msg string) {
 		Error string `json:"error"`
 	}{msg})
 }
+
+// writeThreadBusy answers a run refused because activeRun is active on its thread
+// (multitaskStrategy reject): 409 {"error":"thread_busy","activeRun":{"runId":R}}.
+func writeThreadBusy(w http.ResponseWriter, activeRun string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusConflict)
+	json.NewEncoder(w).Encode(struct {
+		Error     string `json:"error"`
+		ActiveRun struct {
+			RunID string `json:"runId"`
+		} `json:"activeRun"`
+	}{Error: CodeThreadBusy, ActiveRun: struct {
+		RunID string `json:"runId"`
+	}{activeRun}})
+}

@@ -193,6 +193,8 @@ type envOptions struct {
 	// AgentHistoryBytes.
 	historyClient bool
 	historyBytes  int
+	// multitask is the Server's Config.Multitask ("": the default).
+	multitask string
 	// memory runs the gateway on a memStore, without NATS and without threads: for the
 	// tests in which NATS is beside the point. env.store and env.threads are nil then.
 	memory bool
@@ -270,6 +272,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		Replay:                  o.replay,
 		AgentHistoryClient:      o.historyClient,
 		AgentHistoryBytes:       o.historyBytes,
+		Multitask:               o.multitask,
 		TracerProvider:          o.tracer,
 		Heartbeat:               o.heartbeat,
 		QueueSize:               o.queueSize,

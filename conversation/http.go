@@ -190,6 +190,10 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 	}
 	st.open()
 	t, failure := srv.startTurn(turnRequest{slot: s, prev: prev, in: in, values: srv.turnContext(r), sink: st, log: st.log})
+	if t == nil && s.busyWith != "" {
+		writeThreadBusy(st.w, s.busyWith) // nothing was written: the refusal is the response
+		return
+	}
 	if t == nil {
 		if failure != nil {
 			st.pushBare(failure)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/protocol"
 )
 
 // memStore is a conversation.Store in memory, for the tests in which NATS is beside the
@@ -156,6 +157,17 @@ func (s *memStore) Snapshot(_ context.Context, principal, runID string) ([]jetst
 		return nil, false, err
 	}
 	return append([]jetstream.Entry(nil), r.events...), r.closed, nil
+}
+
+func (s *memStore) Ended(_ context.Context, principal, runID string) (bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.run(principal, runID)
+	if err != nil {
+		return false, err
+	}
+	n := len(r.events)
+	return r.closed || n > 0 && isTerminal(r.events[n-1].Event), nil
 }
 
 func (s *memStore) RequestAbort(principal, runID, origin string) error {
@@ -381,4 +393,10 @@ func (r *memReader) TraceContext() trace.SpanContext { return trace.SpanContext{
 func (r *memReader) Close() error {
 	r.once.Do(func() { close(r.closed) })
 	return nil
+}
+
+// isTerminal reports whether event is a RUN_FINISHED or a RUN_ERROR.
+func isTerminal(event []byte) bool {
+	_, ended := protocol.EndOf(event)
+	return ended
 }

@@ -39,6 +39,8 @@ type Store interface {
 	LastEvent(ctx context.Context, principal, runID string) ([]byte, error)
 	// Snapshot returns what runID's log holds now, and whether it is closed.
 	Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error)
+	// Ended reports whether runID's log holds its terminal (or is closed), without waiting.
+	Ended(ctx context.Context, principal, runID string) (bool, error)
 	// RequestAbort asks every gateway sharing the store to abort the principal's run;
 	// OnAbort delivers those requests (this gateway's own too) for the Server's lifetime.
 	RequestAbort(principal, runID, origin string) error
@@ -177,6 +179,10 @@ type Config struct {
 	// thread: the leading system and developer messages are kept, and the newest messages
 	// that fit. 0: no bound.
 	AgentHistoryBytes int
+	// Multitask is the multitaskStrategy of a run that names none (THREADS.md section 6):
+	// MultitaskConcurrent (the default: the run starts beside the thread's active run) or
+	// MultitaskReject (refused with thread_busy while another run of its thread is active).
+	Multitask string
 	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
 	// every request is DefaultPrincipal.
 	Principal func(r *http.Request) (string, error)

@@ -78,6 +78,10 @@ func (s *Server) serveThreadRun(w http.ResponseWriter, r *http.Request, joinPath
 	if t == nil {
 		ev, err := protocol.DecodeEvent(failure)
 		switch {
+		case sl.busyWith != "":
+			writeThreadBusy(w, sl.busyWith)
+		case err == nil && ev.Str("code") == CodeInvalidInput:
+			writeJSONError(w, http.StatusBadRequest, ev.Str("message"))
 		case err == nil && ev.Str("code") == CodeForbidden:
 			writeJSONError(w, http.StatusForbidden, msgForbidden)
 		case err == nil && ev.Str("code") == CodeLimitExceeded:

@@ -18,6 +18,7 @@ import (
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/threadstore"
+	"github.com/wsgateway/wsgateway/turn"
 )
 
 // Threads keeps the principals' threads (THREADS.md sections 1 and 4): *jetstream.Store.
@@ -27,7 +28,9 @@ type Threads interface {
 	// records a newly accepted run in its thread and merges its input.
 	ReadThreadAhead(ctx context.Context, principal, threadID string) *threadstore.ThreadAhead
 	// AcceptRun returns the thread as it wrote it, which the caller does not modify.
-	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead) (*threadstore.Thread, error)
+	// With ended set, a run is refused (*threadstore.BusyError) while another of its
+	// thread is active.
+	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, ended threadstore.Ended) (*threadstore.Thread, error)
 	// FinishRun applies a run's stored events to its thread and records how it ended.
 	FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error
 	// Thread returns the principal's thread; Threads lists them, newest first;
@@ -58,10 +61,12 @@ type threadRun struct {
 	principal, threadID, runID string
 	log                        *slog.Logger
 	accepted                   chan struct{} // closed once the thread was written (or its first try failed), and the run announced
-	// overLimit is set, before accepted is closed, when the run would start a thread beyond
-	// the principal's (threadstore.ErrThreadLimit): the turn is refused, and nothing announced.
-	overLimit atomic.Bool
-	landed    chan struct{} // closed once the thread was written, or the server stopped trying
+	// refusal is set, before accepted is closed, when the thread refuses the run: it would
+	// start a thread beyond the principal's (threadstore.ErrThreadLimit), or another run of
+	// the thread is active and the run's strategy is reject (threadstore.ErrThreadBusy). The
+	// turn ends with it, and nothing is announced.
+	refusal atomic.Pointer[turn.Refusal]
+	landed  chan struct{} // closed once the thread was written, or the server stopped trying
 	// written is the thread as the first try of the run's acceptance wrote it (nil: that try
 	// failed), set before accepted is closed: the run's agent takes its context from it.
 	written *threadstore.Thread
@@ -107,7 +112,7 @@ func (l *threadRun) Keep(event []byte) {
 // ahead (the thread read while the run's log was created), at the same time as the run's
 // first event is stored; the run is announced once its thread is written. The write waits
 // for no event: a new run's first event is stored in the write's round trip.
-func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, log *slog.Logger) *threadRun {
+func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, ended threadstore.Ended, log *slog.Logger) *threadRun {
 	l := &threadRun{srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log,
 		accepted: make(chan struct{}), landed: make(chan struct{})}
 	go func() {
@@ -116,7 +121,7 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 		accepted := func() {
 			once.Do(func() {
 				close(l.accepted)
-				if !l.overLimit.Load() {
+				if l.refusal.Load() == nil {
 					srv.announce(s, log)
 				}
 			})
@@ -124,12 +129,18 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 		defer accepted()
 		first := true
 		srv.untilLanded(log, "recording the run in its thread", func(ctx context.Context) error {
-			t, err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, in.JSON(), ahead)
-			if errors.Is(err, threadstore.ErrThreadLimit) {
+			t, err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, in.JSON(), ahead, ended)
+			var busy *threadstore.BusyError
+			switch {
+			case errors.Is(err, threadstore.ErrThreadLimit):
 				log.Info("run refused: max-threads-per-principal")
 				srv.cfg.Metrics.LimitRefused(metrics.LimitPrincipalThreads)
-				l.overLimit.Store(true)
+				l.refusal.Store(&turn.Refusal{Code: CodeLimitExceeded, Message: MsgTooManyThreads})
 				err = nil // refused: nothing to try again
+			case errors.As(err, &busy):
+				log.Info("run refused: thread busy", slog.String("activeRunId", busy.ActiveRun))
+				l.refusal.Store(&turn.Refusal{Code: CodeThreadBusy, Message: MsgThreadBusy})
+				err = nil
 			}
 			if first {
 				l.written, first = t, false

@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -41,6 +42,19 @@ const (
 	// called.
 	CodeBudgetExceeded = "budget_exceeded"
 	MsgBudgetExceeded  = "token-budget: this principal has used its token budget of the period; it renews with the next period"
+	// CodeThreadBusy and MsgThreadBusy refuse a run whose multitaskStrategy is reject while
+	// another run of its thread is active (THREADS.md section 6): a bare RUN_ERROR, no log
+	// created (over HTTP, 409); or, when the other run was accepted on another gateway at
+	// the same moment, the RUN_ERROR that ends the run after run.accepted.
+	CodeThreadBusy = "thread_busy"
+	MsgThreadBusy  = "the thread has a run in progress: send again once it has ended, or with multitaskStrategy concurrent"
+)
+
+// Values of a run's multitaskStrategy (THREADS.md section 6) that this gateway carries out,
+// and Config.Multitask's.
+const (
+	MultitaskReject     = "reject"
+	MultitaskConcurrent = "concurrent"
 )
 
 // runKey names a run in the registry: a runId belongs to one principal.
@@ -58,6 +72,9 @@ type slot struct {
 	announced bool          // its thread's followers may hear of it (announce)
 	foreign   bool          // an abort arrived from elsewhere than the owner's socket
 	live      *ownSink      // the owner's sink; nil over HTTP
+	// busyWith is the thread's active run that refused this run before its log was created
+	// (multitaskStrategy reject), set by startTurn for its caller.
+	busyWith string
 }
 
 // registry is the Server's one record of turns, keyed by principal and runId, whatever
@@ -319,6 +336,11 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		srv.cfg.Metrics.LimitRefused(metrics.LimitTokenBudget)
 		refused = &turn.Refusal{Code: CodeBudgetExceeded, Message: MsgBudgetExceeded}
 	}
+	strategy := cmp.Or(req.in.MultitaskStrategy, srv.cfg.Multitask, MultitaskConcurrent)
+	if strategy != MultitaskReject && strategy != MultitaskConcurrent {
+		srv.turns.end(s)
+		return nil, protocol.AppendRunError(nil, "multitaskStrategy "+strategy+" is not carried out by this gateway: use "+MultitaskReject+" or "+MultitaskConcurrent, CodeInvalidInput)
+	}
 	ctx, span := srv.startTurnSpan(req)
 	if req.prev != nil {
 		srv.endPrevious(req.prev, log)
@@ -331,9 +353,22 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	// write is done. A client that received an event and then hydrates finds the run
 	// active, or finished.
 	var ahead *threadstore.ThreadAhead
+	var ended threadstore.Ended // set when the run must be alone on its thread (reject)
 	threaded := srv.cfg.Threads != nil && req.in.ThreadID != ""
 	if threaded {
 		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)
+		if strategy == MultitaskReject {
+			// The thread is read before the log is created: a run refused creates none.
+			// A read that fails leaves the question to AcceptRun, which asks it again.
+			ended = srv.runEnded(s.key.principal)
+			if active := srv.busyWith(ahead, s.key, req.in.ThreadID, ended); active != "" {
+				srv.turns.end(s)
+				s.busyWith = active
+				log.InfoContext(ctx, "run refused: thread busy", slog.String("activeRunId", active))
+				endRefused(span, "refused", CodeThreadBusy)
+				return nil, protocol.AppendRunError(nil, MsgThreadBusy, CodeThreadBusy)
+			}
+		}
 	}
 	// The run's metadata keeps the turn's trace context, for the replays of any gateway.
 	createCtx := srv.ctx
@@ -360,7 +395,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	var record turn.Thread // nil unless threaded: a nil *threadRun is not a nil turn.Thread
 	agent := srv.cfg.Agent
 	if threaded {
-		tr = srv.newThreadRun(s, req.in, ahead, log)
+		tr = srv.newThreadRun(s, req.in, ahead, ended, log)
 		record = tr
 		if !srv.cfg.AgentHistoryClient {
 			agent = contextAgent{Agent: agent, srv: srv, l: tr, span: span, log: log}
@@ -437,15 +472,43 @@ func (srv *Server) usageRecorder(key runKey, threadID string, gen uint64) func(m
 }
 
 // refusedBy returns the refusal of a turn: refused (the token budget's), else, for a run
-// its thread refused (too many threads, threadRun.overLimit; tr is nil for a run in no
-// thread), limit_exceeded naming the flag. The turn asks once the run.accepted marker is
-// stored, which waits for the thread's write.
+// its thread refused (threadRun.refusal; tr is nil for a run in no thread), that. The turn
+// asks once the run.accepted marker is stored, which waits for the thread's write.
 func refusedBy(refused *turn.Refusal, tr *threadRun) func() *turn.Refusal {
 	return func() *turn.Refusal {
-		if tr != nil && refused == nil && tr.overLimit.Load() {
-			return &turn.Refusal{Code: CodeLimitExceeded, Message: MsgTooManyThreads}
+		if tr != nil && refused == nil {
+			return tr.refusal.Load()
 		}
 		return refused
+	}
+}
+
+// busyWith returns the run of the thread read ahead, other than key's, that is still
+// active, "" when none or when the read failed.
+func (srv *Server) busyWith(ahead *threadstore.ThreadAhead, key runKey, threadID string, ended threadstore.Ended) string {
+	h, err := ahead.Head(key.principal, threadID)
+	if err != nil {
+		return ""
+	}
+	ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
+	defer cancel()
+	active, _ := h.BusyWith(ctx, key.runID, ended)
+	return active
+}
+
+// runEnded returns the threadstore.Ended of the principal's runs: a run of this gateway that
+// stored its terminal is at hand (Server.settled), another's log is asked (Store.Ended), and
+// a run with no log is not active.
+func (srv *Server) runEnded(principal string) threadstore.Ended {
+	return func(ctx context.Context, runID string) (bool, error) {
+		if _, ok := srv.settled.Load(runKey{principal, runID}); ok {
+			return true, nil
+		}
+		ended, err := srv.cfg.Store.Ended(ctx, principal, runID)
+		if errors.Is(err, jetstream.ErrUnknownRun) {
+			return true, nil
+		}
+		return ended, err
 	}
 }
 

@@ -117,6 +117,29 @@ func (s *Store) Run(ctx context.Context, principal, runID string) (RunInfo, erro
 	return info, nil
 }
 
+// Ended reports whether the run has stored its terminal (RUN_FINISHED or RUN_ERROR) or
+// closed its log, without waiting and without reading the log: its metadata, and the last
+// message of its subject. ErrUnknownRun as Run's.
+func (s *Store) Ended(ctx context.Context, principal, runID string) (bool, error) {
+	info, err := s.lookup(ctx, principal, runID)
+	if err != nil {
+		return false, fmt.Errorf("ended: %w", err)
+	}
+	if info.State != RunOpen {
+		return true, nil
+	}
+	sh, err := s.shard(ctx, info.Stream)
+	if err != nil {
+		return false, fmt.Errorf("ended: %w", err)
+	}
+	subject, _ := sh.subject(info.Principal, info.RunID)
+	m, err := lastMsg(ctx, sh.stream, subject)
+	if err != nil || m == nil || msgGen(m.Header) != info.Generation {
+		return false, err
+	}
+	return m.Header.Get(hdrCtl) == ctlClose || endsWithTerminal(m), nil
+}
+
 // lastMsg returns the last message of subject on st, or nil when it has none.
 func lastMsg(ctx context.Context, st natsjs.Stream, subject string) (*natsjs.RawStreamMsg, error) {
 	m, err := st.GetLastMsgForSubject(ctx, subject)

@@ -710,3 +710,36 @@ func TestCreateFailedLeavesNoRun(t *testing.T) {
 	defer r.Close()
 	checkEntries(t, "the run created again", readAll(t, r), [][]byte{event("r1", 0)}, offsets)
 }
+
+// TestEnded: Ended tells a run whose terminal is stored, before and after its close, from one
+// still streaming, and refuses an unknown run.
+func TestEnded(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := s.Ended(ctx, "alice", "none"); !errors.Is(err, ErrUnknownRun) {
+		t.Errorf("Ended of no run = %v, want ErrUnknownRun", err)
+	}
+	w, err := s.Create(ctx, "alice", "r", "t")
+	if err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string, want bool) {
+		t.Helper()
+		if got, err := s.Ended(ctx, "alice", "r"); got != want || err != nil {
+			t.Errorf("Ended %s = %v, %v; want %v", when, got, err, want)
+		}
+	}
+	check("after the open record", false)
+	mustAppend(t, w, [][]byte{event("r", 0)})
+	check("while streaming", false)
+	mustAppend(t, w, [][]byte{[]byte(`{"type":"RUN_FINISHED","threadId":"t","runId":"r"}`)})
+	check("with the terminal stored", true)
+	if err := w.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	check("once closed", true)
+	if _, err := s.Ended(ctx, "bob", "r"); !errors.Is(err, ErrUnknownRun) {
+		t.Errorf("Ended of another principal's run = %v, want ErrUnknownRun", err)
+	}
+}

@@ -45,6 +45,9 @@ func TestDecodeClientFrame(t *testing.T) {
 		{name: "context value", in: `{"threadId":"t","runId":"r","messages":[],"context":[{"description":"d","value":3}]}`, wantErr: "context[0].value: required string"},
 		{name: "resume status", in: `{"threadId":"t","runId":"r","messages":[],"resume":[{"interruptId":"i","status":"later"}]}`, wantErr: `resume[0].status: must be "resolved" or "cancelled"`},
 		{name: "forwardedProps", in: `{"threadId":"t","runId":"r","messages":[],"forwardedProps":[]}`, wantErr: "forwardedProps: must be an object"},
+		{name: "multitaskStrategy", in: `{"threadId":"t","runId":"r","messages":[],"multitaskStrategy":"reject"}`, kind: FrameRun, runID: "r"},
+		{name: "multitaskStrategy unknown", in: `{"threadId":"t","runId":"r","messages":[],"multitaskStrategy":"later"}`, wantErr: "multitaskStrategy: must be one of enqueue, reject, interrupt, rollback, concurrent"},
+		{name: "multitaskStrategy not a string", in: `{"threadId":"t","runId":"r","messages":[],"multitaskStrategy":1}`, wantErr: "multitaskStrategy: must be one of enqueue, reject, interrupt, rollback, concurrent"},
 		{name: "state null is absent", in: `{"threadId":"t","runId":"r","messages":[],"state":null,"forwardedProps":null}`, kind: FrameRun, runID: "r"},
 	}
 	for _, tt := range tests {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -40,6 +41,9 @@ type RunAgentInput struct {
 	State          json.RawMessage // nil when absent or null
 	ForwardedProps json.RawMessage // an object, nil when absent or null
 	Resume         []ResumeEntry
+	// MultitaskStrategy is the run's rule for a thread that has another run active
+	// (THREADS.md section 6): one of MultitaskStrategies, "" when absent.
+	MultitaskStrategy string
 
 	raw []byte
 }
@@ -104,6 +108,9 @@ var (
 	resumeStatuses = map[string]bool{"resolved": true, "cancelled": true}
 )
 
+// MultitaskStrategies are the values of a run's multitaskStrategy.
+var MultitaskStrategies = []string{"enqueue", "reject", "interrupt", "rollback", "concurrent"}
+
 // DecodeRunAgentInput decodes and validates a RunAgentInput. Input that is
 // not JSON wraps ErrNotJSON; a rule violation is an *InputError.
 func DecodeRunAgentInput(data []byte) (*RunAgentInput, error) {
@@ -158,6 +165,11 @@ func decodeInput(raw []byte) (*RunAgentInput, error) {
 	}
 	if in.Resume, err = appendOptional(in.Resume, ms, "resume", decodeResume); err != nil {
 		return nil, err
+	}
+	if v := present(lookup(ms, "multitaskStrategy")); v != nil {
+		if in.MultitaskStrategy = unquote(v); !isString(v) || !slices.Contains(MultitaskStrategies, in.MultitaskStrategy) {
+			return nil, inputErr("multitaskStrategy", "must be one of "+strings.Join(MultitaskStrategies, ", "))
+		}
 	}
 	in.raw = normalizedInput(ms)
 	return in, nil
@@ -299,7 +311,7 @@ func normalizedInput(ms []member) []byte {
 	for _, m := range ms {
 		if isNull(m.val) {
 			switch m.key {
-			case "state", "forwardedProps", "parentRunId", "tools", "context", "resume":
+			case "state", "forwardedProps", "parentRunId", "tools", "context", "resume", "multitaskStrategy":
 				continue
 			}
 		}

@@ -2,6 +2,7 @@ package threadstore
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -29,6 +30,35 @@ var ErrUnknownThread = errors.New("jetstream: unknown thread")
 // ErrThreadLimit refuses a run that would start a thread beyond the principal's
 // Config.MaxThreadsPerPrincipal.
 var ErrThreadLimit = errors.New("jetstream: the principal has as many threads as it may")
+
+// ErrThreadBusy refuses a run whose thread has another run still active (THREADS.md section
+// 6, multitaskStrategy reject); the error is a *BusyError.
+var ErrThreadBusy = errors.New("jetstream: the thread has a run in progress")
+
+// BusyError is ErrThreadBusy with the thread's active run.
+type BusyError struct{ ActiveRun string }
+
+func (e *BusyError) Error() string        { return ErrThreadBusy.Error() + ": " + e.ActiveRun }
+func (e *BusyError) Is(target error) bool { return target == ErrThreadBusy }
+
+// Ended reports whether a run of the principal has stored its terminal: a thread shows its
+// runs running until their finish lands, a moment after.
+type Ended func(ctx context.Context, runID string) (bool, error)
+
+// BusyWith returns the run of the thread, other than runID, that is still active (running in
+// the thread, and not ended), "" when none.
+func (t *ThreadHead) BusyWith(ctx context.Context, runID string, ended Ended) (string, error) {
+	for i := len(t.Runs) - 1; i >= 0; i-- {
+		r := t.Runs[i]
+		if r.State != ThreadRunRunning || r.RunID == runID {
+			continue
+		}
+		if done, err := ended(ctx, r.RunID); err != nil || !done {
+			return r.RunID, err
+		}
+	}
+	return "", nil
+}
 
 // States of a thread's run.
 const (
@@ -396,6 +426,19 @@ type ThreadAhead struct {
 	threads int
 }
 
+// Head waits for the read and returns the thread's head as read (with no runs when the
+// thread does not exist yet).
+func (a *ThreadAhead) Head(principal, threadID string) (*ThreadHead, error) {
+	<-a.done
+	if a.err != nil {
+		return nil, a.err
+	}
+	if t := a.r.t; a.r.rev != 0 && t.Principal == principal && t.ThreadID == threadID {
+		return &t.ThreadHead, nil
+	}
+	return &ThreadHead{}, nil
+}
+
 // ReadThreadAhead starts reading the principal's thread for an AcceptRun that follows, so
 // that the read goes on while the caller does something else first (creates the run's log).
 // An AcceptRun given it starts from what it read, unless an update of the thread through
@@ -418,8 +461,9 @@ func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string)
 // its input (RunAgentInput JSON) into the transcript, creating the thread if needed. A run
 // accepted again (a resubmit) is running again. ahead, if not nil, is the thread read ahead.
 // It returns a copy of the thread as it wrote it (the run's agent takes its context from it:
-// THREADS.md section 5).
-func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead) (*Thread, error) {
+// THREADS.md section 5). With ended set, the run is accepted alone: a *BusyError refuses it
+// while another run of the thread is active (BusyWith).
+func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead, ended Ended) (*Thread, error) {
 	var written *Thread
 	var created bool
 	key := threadKey(principal, threadID)
@@ -431,6 +475,11 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 			written.Principal, written.ThreadID = principal, threadID
 		}()
 		now := time.Now().UTC()
+		if ended != nil {
+			if active, err := t.BusyWith(ctx, runID, ended); err != nil || active != "" {
+				return false, cmp.Or(err, error(&BusyError{ActiveRun: active}))
+			}
+		}
 		if !exists {
 			if max := s.cfg.MaxThreadsPerPrincipal; max > 0 {
 				n := -1

@@ -77,7 +77,7 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 				// log: often stale by the time the run is accepted.
 				input := turnInput("T", runID, "u-"+runID, text)
 				ahead := s.ReadThreadAhead(ctx, "alice", "T")
-				if _, err := s.AcceptRun(ctx, "alice", "T", runID, input, ahead); err != nil {
+				if _, err := s.AcceptRun(ctx, "alice", "T", runID, input, ahead, nil); err != nil {
 					errs <- err
 					return
 				}
@@ -141,7 +141,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread"), nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread"), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	var evs [][]byte
@@ -159,7 +159,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread"), nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread"), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 
@@ -209,7 +209,7 @@ func TestThreadReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil); err != nil {
+	if _, err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, nil); err != nil {
 		t.Fatal(err)
 	}
 	evs := turnEvents("T", "r1", "hi")
@@ -254,7 +254,7 @@ func TestThreadKeptValue(t *testing.T) {
 	turn := func(s *Store, runID string) {
 		t.Helper()
 		ahead := s.ReadThreadAhead(ctx, "alice", "T")
-		if _, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, runID), ahead); err != nil {
+		if _, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, runID), ahead, nil); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.FinishRun(ctx, "alice", "T", runID, turnEvents("T", runID, runID)); err != nil {
@@ -322,7 +322,7 @@ func TestThreadCountKept(t *testing.T) {
 	ctx := context.Background()
 	start := func(i int) error {
 		id := fmt.Sprintf("T%d", i)
-		_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id))
+		_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id), nil)
 		return err
 	}
 	var wg sync.WaitGroup
@@ -353,5 +353,36 @@ func TestThreadCountKept(t *testing.T) {
 	}
 	if err := start(25); err != nil {
 		t.Fatalf("a thread after a delete: %v", err)
+	}
+}
+
+// TestAcceptRunAlone: a run accepted alone (multitaskStrategy reject) is refused with the
+// thread's active run while that run has not ended, and leaves the thread as it was; once the
+// active run's terminal is stored (before its finish lands in the thread), it is accepted.
+func TestAcceptRunAlone(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	ended := false
+	asked := ""
+	alone := func(_ context.Context, runID string) (bool, error) { asked = runID; return ended, nil }
+	_, err := s.AcceptRun(ctx, "alice", "T", "r2", turnInput("T", "r2", "u2", "again"), nil, alone)
+	var busy *BusyError
+	if !errors.As(err, &busy) || busy.ActiveRun != "r1" || !errors.Is(err, ErrThreadBusy) || asked != "r1" {
+		t.Fatalf("AcceptRun beside a running run = %v (asked %q), want BusyError r1", err, asked)
+	}
+	th, err := s.Thread(ctx, "alice", "T")
+	if err != nil || len(th.Runs) != 1 || len(th.Transcript.Messages) != 1 {
+		t.Fatalf("thread after the refusal = %+v, %v; want r1 alone", th, err)
+	}
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, alone); err != nil {
+		t.Errorf("a resubmit of the active run refused: %v", err)
+	}
+	ended = true
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r2", turnInput("T", "r2", "u2", "again"), nil, alone); err != nil {
+		t.Fatalf("AcceptRun once r1 ended = %v", err)
 	}
 }

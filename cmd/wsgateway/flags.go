@@ -141,6 +141,8 @@ type serveConfig struct {
 	// the thread's transcript cut to a byte budget (0: none).
 	agentHistoryClient bool
 	agentHistoryBytes  int64
+	// multitask (--multitask): the multitaskStrategy of a run that names none.
+	multitask string
 }
 
 // Values of --agent-history.
@@ -265,6 +267,13 @@ var serveFlags = []serveFlag{
 		return nil
 	}},
 	{"agent-history-bytes", "512KiB", "bytes of JSON of the thread's messages the agent is given: its leading system and developer messages, then the newest messages that fit, the newest one always; the cut is logged at debug level; 0: no bound", sizeSetter(0, func(c *serveConfig) *int64 { return &c.agentHistoryBytes })},
+	{"multitask", conversation.MultitaskConcurrent, "what a run that names no multitaskStrategy does while another run of its thread is active: concurrent (it starts beside it) or reject (it is refused, RUN_ERROR code thread_busy, HTTP 409); enqueue, interrupt and rollback are not carried out yet", func(c *serveConfig, v string) error {
+		if v != conversation.MultitaskConcurrent && v != conversation.MultitaskReject {
+			return fmt.Errorf("want %s or %s", conversation.MultitaskConcurrent, conversation.MultitaskReject)
+		}
+		c.multitask = v
+		return nil
+	}},
 	{"heartbeat", "30s", "interval of the {\"type\":\"ping\"} frames and WebSocket pings", durationSetter(func(c *serveConfig) *time.Duration { return &c.heartbeat })},
 	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing or it follows a thread", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
 	{"idle-memory", idleMemoryKeep, "what an idle gateway does with the heap its idle collections free: keep (the next turns reuse it) or return (to the system: 1 to 2 KiB less per idle socket, but the next turns pay a page fault for every page they grow into again)", func(c *serveConfig, v string) error {

@@ -62,6 +62,7 @@ func TestParseServeDefaults(t *testing.T) {
 	want.agentConnectTimeout, want.agentFirstEvent, want.agentGapTimeout = 10*time.Second, time.Minute, time.Minute
 	want.agentTurnTimeout, want.agentAPIKeyEnv = 30*time.Minute, "OPENAI_API_KEY"
 	want.agentHistoryBytes = 512 << 10
+	want.multitask = "concurrent"
 	want.maxPrincipalTurns, want.principalTurnRate, want.principalTurnBurst = 32, 10, 40
 	want.maxPrincipalHydrates, want.maxPrincipalReaders = 8, 16
 	want.tokenBudgetPeriod, want.usageRetention = 24*time.Hour, 90*24*time.Hour
@@ -99,6 +100,7 @@ func TestParseServe(t *testing.T) {
 		{"agui path", []string{"--agui-path", "/v1/agui"}, nil, func(c serveConfig) bool { return c.aguiPath == "/v1/agui" }},
 		{"agent history", []string{"--agent-history", "client", "--agent-history-bytes", "0"}, nil,
 			func(c serveConfig) bool { return c.agentHistoryClient && c.agentHistoryBytes == 0 }},
+		{"multitask", []string{"--multitask", "reject"}, nil, func(c serveConfig) bool { return c.multitask == "reject" }},
 		{"agui path off", nil, map[string]string{"WSGATEWAY_AGUI_PATH": ""}, func(c serveConfig) bool { return c.aguiPath == "" }},
 		{"debug port on loopback", []string{"--debug-addr", "6060"}, nil,
 			func(c serveConfig) bool { return c.debugAddr == "127.0.0.1:6060" }},
@@ -160,6 +162,7 @@ func TestParseServeErrors(t *testing.T) {
 		{nil, map[string]string{"WSGATEWAY_DEBUG_ADDR": "70000"}, `WSGATEWAY_DEBUG_ADDR="70000": port "70000": want a number from 0 to 65535`},
 		{[]string{"--idle-memory", "free"}, nil, "want keep or return"},
 		{[]string{"--agent-history", "none"}, nil, "want thread or client"},
+		{[]string{"--multitask", "enqueue"}, nil, "want concurrent or reject"},
 		{[]string{"--agent-history-bytes", "-1"}, nil, "want a size such as 65536, 512KiB or 1MiB"},
 		{[]string{"--log-level", "loud"}, nil, "want debug, info, warn or error"},
 		{[]string{"--agent-url", "http://up:1"}, nil, "--agent-url, --agent-header and --agent-forward-headers are used only with --agent agui or openai"},

@@ -285,6 +285,7 @@ func (g *gateway) build(ctx context.Context) error {
 
 		// What the agent is given of a run's thread (THREADS.md section 5).
 		AgentHistoryClient: cfg.agentHistoryClient,
+		Multitask:          cfg.multitask,
 		AgentHistoryBytes:  int(cfg.agentHistoryBytes),
 
 		// Per-socket and per-principal limits (docs/SECURITY.md).

@@ -1,0 +1,114 @@
+package conversation_test
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/wsgateway/wsgateway/conversation"
+	"github.com/wsgateway/wsgateway/protocol"
+)
+
+// withStrategy returns the run frame with its multitaskStrategy set.
+func withStrategy(frame []byte, strategy string) []byte {
+	var m map[string]any
+	json.Unmarshal(frame, &m)
+	m["multitaskStrategy"] = strategy
+	b, _ := json.Marshal(m)
+	return b
+}
+
+// bareError reads the next frame of cl, which must be a bare RUN_ERROR (no offset), and
+// returns its code and message.
+func bareError(t *testing.T, cl *client) (code, message string) {
+	t.Helper()
+	f := cl.next(20 * time.Second)
+	var ev struct{ Code, Message string }
+	json.Unmarshal(f.Event, &ev)
+	if f.Type != "RUN_ERROR" || f.Kind != protocol.FrameEvent {
+		t.Fatalf("want a bare RUN_ERROR, got %s", f.raw)
+	}
+	return ev.Code, ev.Message
+}
+
+// TestMultitaskReject (THREADS.md section 6): two gateways, one thread. While a run streams,
+// a run sent with multitaskStrategy reject, through either gateway and every door, is refused
+// with thread_busy (409 over HTTP, naming the active run) and leaves no log and nothing in the
+// thread; a gateway whose --multitask is reject refuses a run that names no strategy; one
+// sent with concurrent runs beside it; once the first run's terminal is out, a rejecting run
+// starts; the strategies not carried out are refused as invalid input.
+func TestMultitaskReject(t *testing.T) {
+	e1 := newEnv(t, envOptions{})
+	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL(), multitask: conversation.MultitaskReject})
+
+	a := dial(t, e1.url(), "")
+	a.send(threadFrame("T", "r1", script{Tokens: 60, IntervalMs: 20}, "u1", "first"))
+	a.untilN(t, 4) // r1 is accepted, in its thread, and streams
+
+	b := dial(t, e2.url(), "")
+	b.send(withStrategy(threadFrame("T", "r2", script{Tokens: 1}, "u1", "first", "u2", "second"), "reject"))
+	if code, msg := bareError(t, b); code != conversation.CodeThreadBusy || msg != conversation.MsgThreadBusy {
+		t.Errorf("reject on the other gateway: %s %q, want %s", code, msg, conversation.CodeThreadBusy)
+	}
+	b.send(threadFrame("T", "r3", script{Tokens: 1}, "u1", "first", "u3", "third")) // --multitask reject
+	if code, _ := bareError(t, b); code != conversation.CodeThreadBusy {
+		t.Errorf("a run naming no strategy on a gateway with --multitask reject: %s, want %s", code, conversation.CodeThreadBusy)
+	}
+	a2 := dial(t, e1.url(), "")
+	a2.send(withStrategy(threadFrame("T", "r4", script{Tokens: 1}, "u4", "fourth"), "reject"))
+	if code, _ := bareError(t, a2); code != conversation.CodeThreadBusy {
+		t.Errorf("reject on the active run's gateway: %s, want %s", code, conversation.CodeThreadBusy)
+	}
+	a2.send(withStrategy(threadFrame("T", "r5", script{Tokens: 1}, "u5", "fifth"), "enqueue"))
+	if code, msg := bareError(t, a2); code != conversation.CodeInvalidInput || !strings.Contains(msg, "enqueue") {
+		t.Errorf("enqueue: %s %q, want %s naming it", code, msg, conversation.CodeInvalidInput)
+	}
+	for _, door := range []struct {
+		e    *env
+		path string
+	}{
+		{e2, "/api/threads/T/runs"}, {e1, "/api/chat"}, {e2, "/agui"},
+	} {
+		body := withStrategy(threadFrame("T", "h-"+strings.ReplaceAll(door.path, "/", ""), script{Tokens: 1}, "uh", "over HTTP"), "reject")
+		resp := door.e.httpDo(t, http.MethodPost, door.path, body, http.Header{"Accept": {"text/event-stream"}})
+		got, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if want := `{"error":"thread_busy","activeRun":{"runId":"r1"}}` + "\n"; resp.StatusCode != http.StatusConflict || string(got) != want {
+			t.Errorf("POST %s with reject = %d %s, want 409 %s", door.path, resp.StatusCode, got, want)
+		}
+	}
+	for _, id := range []string{"r2", "r3", "r4"} {
+		if _, end := e1.resume(t, id, "-1"); end.code != conversation.StatusUnknownRun {
+			t.Errorf("resume of the refused %s closed %d, want %d: a log was created", id, end.code, conversation.StatusUnknownRun)
+		}
+	}
+
+	// concurrent runs beside r1, whatever the gateway's default.
+	b.send(withStrategy(threadFrame("T", "r6", script{Tokens: 2}, "u6", "sixth"), "concurrent"))
+	if got := summary(b.untilTerminal()); got != tokenTurn(2) {
+		t.Errorf("concurrent run: %s", got)
+	}
+	if got := summary(a.untilTerminal()); !strings.HasSuffix(got, "RUN_FINISHED") {
+		t.Fatalf("r1: %s", got)
+	}
+	// r1's terminal is out: a rejecting run starts at once, even before r1's finish lands
+	// in the thread.
+	b.send(withStrategy(threadFrame("T", "r7", script{Tokens: 2}, "u7", "seventh"), "reject"))
+	if got := summary(b.untilTerminal()); got != tokenTurn(2) {
+		t.Errorf("reject once the thread is idle: %s", got)
+	}
+	h := e2.hydrate(t, "/api/chat", "", "threadId", "T")
+	for _, refused := range []string{"u2", "u3", "u4", "u5", "uh"} {
+		if strings.Contains(h.summary(), refused+" user") {
+			t.Errorf("the thread shows the refused message %s: %s", refused, h.summary())
+		}
+	}
+	for _, kept := range []string{"u1 user", "u6 user", "u7 user", "m-r7-1 assistant"} {
+		if !strings.Contains(h.summary(), kept) {
+			t.Errorf("the thread lacks %s: %s", kept, h.summary())
+		}
+	}
+}
