@@ -646,16 +646,7 @@ func TestCreateOverDeadCreate(t *testing.T) {
 	if time.Now().Before(expires) {
 		t.Errorf("Create took the lease of a store still live (until %v)", expires)
 	}
-	offsets := mustAppend(t, w, [][]byte{event("r", 0)})
-	if err := w.Close(ctx); err != nil {
-		t.Fatal(err)
-	}
-	r, err := s.Read(ctx, "alice", "r", FromStart)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
-	checkEntries(t, "the run sent again", readAll(t, r), [][]byte{event("r", 0)}, offsets)
+	writesOneEvent(t, s, w, "alice", "the run sent again")
 }
 
 // TestCreateFailedLeavesNoRun: a Create whose open record fails (not fenced: the stream
@@ -699,16 +690,24 @@ func TestCreateFailedLeavesNoRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Create again: %v", err)
 	}
-	offsets := mustAppend(t, w, [][]byte{event("r1", 0)})
+	writesOneEvent(t, s, w, "p1", "the run created again")
+}
+
+// writesOneEvent appends an event with w, closes it, and reads the log back: the event alone.
+func writesOneEvent(t *testing.T, s *Store, w *Writer, principal, what string) {
+	t.Helper()
+	ctx := context.Background()
+	runID := w.Info().RunID
+	offsets := mustAppend(t, w, [][]byte{event(runID, 0)})
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := s.Read(ctx, "p1", "r1", FromStart)
+	r, err := s.Read(ctx, principal, runID, FromStart)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	checkEntries(t, "the run created again", readAll(t, r), [][]byte{event("r1", 0)}, offsets)
+	checkEntries(t, what, readAll(t, r), [][]byte{event(runID, 0)}, offsets)
 }
 
 // TestEnded: Ended tells a run whose terminal is stored, before and after its close, from one
