@@ -30,7 +30,8 @@ import (
 type chatModel struct {
 	t        testing.TB
 	srv      *httptest.Server
-	toolCall map[string]string // a user's text → the arguments of a get_weather call
+	toolCall map[string]string        // a user's text → the arguments of a get_weather call
+	slow     map[string]time.Duration // a user's text → how long the answer to it waits
 
 	mu       sync.Mutex
 	requests [][]chatMsg
@@ -52,7 +53,7 @@ type chatMsg struct {
 }
 
 func newChatModel(t testing.TB) *chatModel {
-	m := &chatModel{t: t, toolCall: map[string]string{}}
+	m := &chatModel{t: t, toolCall: map[string]string{}, slow: map[string]time.Duration{}}
 	m.srv = httptest.NewServer(http.HandlerFunc(m.serve))
 	t.Cleanup(m.srv.Close)
 	return m
@@ -80,6 +81,7 @@ func (m *chatModel) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: {\"id\":\"c%d\",\"object\":\"chat.completion.chunk\",\"created\":1,\"model\":\"m\",\"choices\":[{\"index\":0,\"delta\":%s,\"finish_reason\":%s}]}\n\n", n, delta, f)
 	}
 	last := req.Messages[len(req.Messages)-1]
+	time.Sleep(m.slow[fmt.Sprint(last.Content)])
 	if args, ok := m.toolCall[fmt.Sprint(last.Content)]; ok && last.Role == "user" {
 		call, _ := json.Marshal(map[string]any{"tool_calls": []any{map[string]any{"index": 0, "id": fmt.Sprintf("call_%d", n), "type": "function",
 			"function": map[string]any{"name": "get_weather", "arguments": args}}}})

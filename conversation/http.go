@@ -431,9 +431,10 @@ func (st *httpStream) format(offset string, event []byte) []byte {
 	return append(b, '\n', '\n')
 }
 
-// skips reports whether the stream leaves event out: the run.accepted marker, on AGUI.
+// skips reports whether the stream leaves event out: the run.accepted marker and run.queued,
+// on AGUI, whose verifier wants RUN_STARTED first.
 func (st *httpStream) skips(event []byte) bool {
-	return st.framing == AGUI && bytes.Equal(event, runAccepted)
+	return st.framing == AGUI && (bytes.Equal(event, runAccepted) || protocol.IsRunQueued(event))
 }
 
 // runAccepted is the marker event as the log stores it.

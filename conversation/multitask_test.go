@@ -2,6 +2,7 @@ package conversation_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"strings"
@@ -39,7 +40,7 @@ func bareError(t *testing.T, cl *client) (code, message string) {
 // with thread_busy (409 over HTTP, naming the active run) and leaves no log and nothing in the
 // thread; a gateway whose --multitask is reject refuses a run that names no strategy; one
 // sent with concurrent runs beside it; once the first run's terminal is out, a rejecting run
-// starts; the strategies not carried out are refused as invalid input.
+// starts; a strategy not carried out is refused as invalid input.
 func TestMultitaskReject(t *testing.T) {
 	e1 := newEnv(t, envOptions{})
 	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL(), multitask: conversation.MultitaskReject})
@@ -62,9 +63,9 @@ func TestMultitaskReject(t *testing.T) {
 	if code, _ := bareError(t, a2); code != conversation.CodeThreadBusy {
 		t.Errorf("reject on the active run's gateway: %s, want %s", code, conversation.CodeThreadBusy)
 	}
-	a2.send(withStrategy(threadFrame("T", "r5", script{Tokens: 1}, "u5", "fifth"), "enqueue"))
-	if code, msg := bareError(t, a2); code != conversation.CodeInvalidInput || !strings.Contains(msg, "enqueue") {
-		t.Errorf("enqueue: %s %q, want %s naming it", code, msg, conversation.CodeInvalidInput)
+	a2.send(withStrategy(threadFrame("T", "r5", script{Tokens: 1}, "u5", "fifth"), "interrupt"))
+	if code, msg := bareError(t, a2); code != conversation.CodeInvalidInput || !strings.Contains(msg, "interrupt") {
+		t.Errorf("interrupt: %s %q, want %s naming it", code, msg, conversation.CodeInvalidInput)
 	}
 	for _, door := range []struct {
 		e    *env
@@ -110,5 +111,66 @@ func TestMultitaskReject(t *testing.T) {
 		if !strings.Contains(h.summary(), kept) {
 			t.Errorf("the thread lacks %s: %s", kept, h.summary())
 		}
+	}
+}
+
+// TestMultitaskEnqueue (THREADS.md section 6): runs sent with enqueue while a run of their
+// thread streams, from three sockets on two gateways, are accepted at once (run.accepted,
+// then run.queued with how many runs are ahead), start one after another in order of
+// acceptance, and each agent answers in the context of the runs before it; a queued run
+// aborted leaves the queue with RUN_ERROR aborted, never reaching the model, and the thread.
+func TestMultitaskEnqueue(t *testing.T) {
+	model := newChatModel(t)
+	model.slow["a long question"] = 1500 * time.Millisecond
+	e1 := newEnv(t, envOptions{agent: model.agent()})
+	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL(), agent: model.agent(), multitask: conversation.MultitaskEnqueue})
+
+	a := dial(t, e1.url(), "")
+	a.send(userFrame("r1", "u1", "user", "a long question"))
+	if f := a.next(20 * time.Second); summary([]frame{f}) != "CUSTOM:run.accepted" {
+		t.Fatalf("r1's first frame: %s", f.raw)
+	}
+	queued := func(cl *client, runID string, ahead int) {
+		t.Helper()
+		got := cl.untilN(t, 2)
+		if summary(got) != "CUSTOM:run.accepted CUSTOM:run.queued" || !strings.Contains(got[1].raw, fmt.Sprintf(`"value":{"ahead":%d}`, ahead)) {
+			t.Fatalf("%s's first frames: %s, %s; want run.accepted, run.queued ahead %d", runID, got[0].raw, got[1].raw, ahead)
+		}
+	}
+	b := dial(t, e2.url(), "") // the gateway's default is enqueue
+	b.send(userFrame("r2", "u2", "user", "second"))
+	queued(b, "r2", 1)
+	c := dial(t, e1.url(), "")
+	c.send(withStrategy(userFrame("r3", "u3", "user", "third"), "enqueue"))
+	queued(c, "r3", 2)
+	d := dial(t, e2.url(), "")
+	d.send(userFrame("r4", "u4", "user", "never"))
+	queued(d, "r4", 3)
+	d.send(abortFrame("r4"))
+	e2.waitClosed(t, "r4")
+	if log, _ := e1.resume(t, "r4", "-1"); summary(log) != "CUSTOM:run.accepted CUSTOM:run.queued RUN_ERROR:aborted" {
+		t.Errorf("log of r4, aborted while queued: %s", summary(log))
+	}
+
+	for _, cl := range []*client{a, b, c} {
+		if got := summary(cl.untilTerminal()); !strings.HasSuffix(got, "RUN_FINISHED") {
+			t.Fatalf("a run ended %s", got)
+		}
+	}
+	sameMessages(t, "r1", model.request(1), "user: a long question")
+	sameMessages(t, "r2, queued behind r1", model.request(2),
+		"user: a long question", "assistant: answer 1", "user: second")
+	sameMessages(t, "r3, queued behind r2", model.request(3),
+		"user: a long question", "assistant: answer 1", "user: second", "assistant: answer 2", "user: third")
+	model.mu.Lock()
+	n := len(model.requests)
+	model.mu.Unlock()
+	if n != 3 {
+		t.Errorf("the model received %d requests, want 3 (the aborted queued run never reaches it)", n)
+	}
+	h := e2.hydrate(t, "/api/chat", "", "threadId", "T")
+	if got, want := h.summary(), "u1 user: a long question | "; !strings.HasPrefix(got, want) || strings.Contains(got, "never") ||
+		strings.Count(got, "assistant") != 3 || strings.Index(got, "second") > strings.Index(got, "third") {
+		t.Errorf("hydrate after the queue: %s", got)
 	}
 }

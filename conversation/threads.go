@@ -28,9 +28,9 @@ type Threads interface {
 	// records a newly accepted run in its thread and merges its input.
 	ReadThreadAhead(ctx context.Context, principal, threadID string) *threadstore.ThreadAhead
 	// AcceptRun returns the thread as it wrote it, which the caller does not modify.
-	// With ended set, a run is refused (*threadstore.BusyError) while another of its
-	// thread is active.
-	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, ended threadstore.Ended) (*threadstore.Thread, error)
+	// While an earlier run of the thread is active, a run is accepted beside it, refused
+	// (*threadstore.BusyError) or queued, as the Overlap says.
+	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, o threadstore.Overlap) (*threadstore.Thread, error)
 	// FinishRun applies a run's stored events to its thread and records how it ended.
 	FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error
 	// Thread returns the principal's thread; Threads lists them, newest first;
@@ -68,8 +68,14 @@ type threadRun struct {
 	refusal atomic.Pointer[turn.Refusal]
 	landed  chan struct{} // closed once the thread was written, or the server stopped trying
 	// written is the thread as the first try of the run's acceptance wrote it (nil: that try
-	// failed), set before accepted is closed: the run's agent takes its context from it.
+	// failed), set before accepted is closed, or, for a queued run, as its start wrote it:
+	// the run's agent takes its context from it.
 	written *threadstore.Thread
+	// ahead, set before accepted is closed, is how many earlier runs of the thread a run
+	// its first try queued waits for (0: not queued); overlap and input start it.
+	ahead   int
+	overlap threadstore.Overlap
+	input   json.RawMessage
 
 	// The events appended, kept while they fit in threadEventsMemory bytes: the run's end
 	// builds its thread from them; a longer run's end reads its log back.
@@ -112,9 +118,9 @@ func (l *threadRun) Keep(event []byte) {
 // ahead (the thread read while the run's log was created), at the same time as the run's
 // first event is stored; the run is announced once its thread is written. The write waits
 // for no event: a new run's first event is stored in the write's round trip.
-func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, ended threadstore.Ended, log *slog.Logger) *threadRun {
+func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, o threadstore.Overlap, log *slog.Logger) *threadRun {
 	l := &threadRun{srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log,
-		accepted: make(chan struct{}), landed: make(chan struct{})}
+		accepted: make(chan struct{}), landed: make(chan struct{}), overlap: o, input: in.JSON()}
 	go func() {
 		defer close(l.landed)
 		var once sync.Once
@@ -129,7 +135,7 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 		defer accepted()
 		first := true
 		srv.untilLanded(log, "recording the run in its thread", func(ctx context.Context) error {
-			t, err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, in.JSON(), ahead, ended)
+			t, err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, l.input, ahead, o)
 			var busy *threadstore.BusyError
 			switch {
 			case errors.Is(err, threadstore.ErrThreadLimit):
@@ -144,6 +150,9 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 			}
 			if first {
 				l.written, first = t, false
+				if t != nil && t.RunState(in.RunID) == threadstore.ThreadRunQueued {
+					l.ahead = t.Ahead(in.RunID)
+				}
 			}
 			ahead = nil // a retry reads the thread again
 			accepted()  // the run's events wait for the first try only
@@ -151,6 +160,41 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 		})
 	}()
 	return l
+}
+
+// queued is the run's turn.Config.Queued: a run its acceptance queued stores run.queued, and
+// starts once AcceptRun, asked again every queuePoll, records it running.
+func (l *threadRun) queued() *turn.Queue {
+	if l.ahead == 0 {
+		return nil
+	}
+	return &turn.Queue{Event: protocol.RunQueued(l.ahead), Wait: l.waitTurn}
+}
+
+// queuePoll is how often a queued run asks its thread whether it may start.
+const queuePoll = 200 * time.Millisecond
+
+// waitTurn returns once the queued run's thread records it started, or with ctx's error.
+func (l *threadRun) waitTurn(ctx context.Context) error {
+	warned := false
+	for {
+		actx, cancel := context.WithTimeout(ctx, threadTimeout)
+		t, err := l.srv.cfg.Threads.AcceptRun(actx, l.principal, l.threadID, l.runID, l.input, nil, l.overlap)
+		cancel()
+		switch {
+		case err == nil && t.RunState(l.runID) != threadstore.ThreadRunQueued:
+			l.written = t
+			return nil
+		case err != nil && ctx.Err() == nil && !warned:
+			warned = true
+			l.log.Warn("starting a queued run: trying again", slog.String(keyErr, err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(queuePoll):
+		}
+	}
 }
 
 // untilLanded calls write, each call within threadTimeout, until it succeeds or the server

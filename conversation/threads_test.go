@@ -117,13 +117,13 @@ type heldThreads struct {
 // threads names the embedded Threads of a wrapper, whose method Threads it would hide.
 type threads = conversation.Threads
 
-func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, ended threadstore.Ended) (*threadstore.Thread, error) {
+func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, o threadstore.Overlap) (*threadstore.Thread, error) {
 	select {
 	case <-h.release:
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
-	return h.threads.AcceptRun(ctx, principal, threadID, runID, input, ahead, ended)
+	return h.threads.AcceptRun(ctx, principal, threadID, runID, input, ahead, o)
 }
 
 // TestFirstEventBesideThreadWrite: a turn's first event is stored while its thread is being

@@ -26,9 +26,9 @@ type stallOnAccept struct {
 	once  *sync.Once
 }
 
-func (s stallOnAccept) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, ended threadstore.Ended) (*threadstore.Thread, error) {
+func (s stallOnAccept) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, o threadstore.Overlap) (*threadstore.Thread, error) {
 	s.once.Do(s.stall)
-	return s.threads.AcceptRun(ctx, principal, threadID, runID, input, ahead, ended)
+	return s.threads.AcceptRun(ctx, principal, threadID, runID, input, ahead, o)
 }
 
 // TestThreadRunAcrossNATSStall: NATS stalls while a turn's run is being written into its

@@ -53,6 +53,7 @@ const (
 // Values of a run's multitaskStrategy (THREADS.md section 6) that this gateway carries out,
 // and Config.Multitask's.
 const (
+	MultitaskEnqueue    = "enqueue"
 	MultitaskReject     = "reject"
 	MultitaskConcurrent = "concurrent"
 )
@@ -337,9 +338,9 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		refused = &turn.Refusal{Code: CodeBudgetExceeded, Message: MsgBudgetExceeded}
 	}
 	strategy := cmp.Or(req.in.MultitaskStrategy, srv.cfg.Multitask, MultitaskConcurrent)
-	if strategy != MultitaskReject && strategy != MultitaskConcurrent {
+	if strategy != MultitaskEnqueue && strategy != MultitaskReject && strategy != MultitaskConcurrent {
 		srv.turns.end(s)
-		return nil, protocol.AppendRunError(nil, "multitaskStrategy "+strategy+" is not carried out by this gateway: use "+MultitaskReject+" or "+MultitaskConcurrent, CodeInvalidInput)
+		return nil, protocol.AppendRunError(nil, "multitaskStrategy "+strategy+" is not carried out by this gateway: use "+MultitaskEnqueue+", "+MultitaskReject+" or "+MultitaskConcurrent, CodeInvalidInput)
 	}
 	ctx, span := srv.startTurnSpan(req)
 	if req.prev != nil {
@@ -353,15 +354,17 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	// write is done. A client that received an event and then hydrates finds the run
 	// active, or finished.
 	var ahead *threadstore.ThreadAhead
-	var ended threadstore.Ended // set when the run must be alone on its thread (reject)
+	var overlap threadstore.Overlap // the zero Overlap: concurrent
 	threaded := srv.cfg.Threads != nil && req.in.ThreadID != ""
 	if threaded {
 		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)
+		if strategy != MultitaskConcurrent {
+			overlap = threadstore.Overlap{Ended: srv.runEnded(s.key.principal), Queue: strategy == MultitaskEnqueue}
+		}
 		if strategy == MultitaskReject {
 			// The thread is read before the log is created: a run refused creates none.
 			// A read that fails leaves the question to AcceptRun, which asks it again.
-			ended = srv.runEnded(s.key.principal)
-			if active := srv.busyWith(ahead, s.key, req.in.ThreadID, ended); active != "" {
+			if active := srv.busyWith(ahead, s.key, req.in.ThreadID, overlap.Ended); active != "" {
 				srv.turns.end(s)
 				s.busyWith = active
 				log.InfoContext(ctx, "run refused: thread busy", slog.String("activeRunId", active))
@@ -395,7 +398,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	var record turn.Thread // nil unless threaded: a nil *threadRun is not a nil turn.Thread
 	agent := srv.cfg.Agent
 	if threaded {
-		tr = srv.newThreadRun(s, req.in, ahead, ended, log)
+		tr = srv.newThreadRun(s, req.in, ahead, overlap, log)
 		record = tr
 		if !srv.cfg.AgentHistoryClient {
 			agent = contextAgent{Agent: agent, srv: srv, l: tr, span: span, log: log}
@@ -425,6 +428,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		Aborted:  early,
 		Accepted: accepted,
 		Refused:  refusedBy(refused, tr),
+		Queued:   queuedBy(tr),
 		Used:     srv.usageRecorder(s.key, req.in.ThreadID, runLog.Info().Generation),
 	})
 	if err != nil {
@@ -481,6 +485,15 @@ func refusedBy(refused *turn.Refusal, tr *threadRun) func() *turn.Refusal {
 		}
 		return refused
 	}
+}
+
+// queuedBy returns the turn.Config.Queued of a turn: its threadRun's (tr is nil for a run in
+// no thread, which never waits).
+func queuedBy(tr *threadRun) func() *turn.Queue {
+	if tr == nil {
+		return nil
+	}
+	return tr.queued
 }
 
 // busyWith returns the run of the thread read ahead, other than key's, that is still

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 )
 
 // FrameKind tells client and server frames apart. The zero value is invalid.
@@ -136,6 +137,21 @@ var runAccepted = MustEvent(`{"type":"CUSTOM","name":"run.accepted","value":{}}`
 // run log. It is outside the verified sequence: it is never pushed through a
 // Pipeline. The event is shared and immutable.
 func RunAccepted() *Event { return runAccepted }
+
+// RunQueuedName is the CUSTOM event name of the event a queued run stores after its marker.
+const RunQueuedName = "run.queued"
+
+// RunQueued returns {"type":"CUSTOM","name":"run.queued","value":{"ahead":N}}, stored after
+// the marker of a run that waits behind ahead earlier runs of its thread (THREADS.md section
+// 6). Like the marker, it is never pushed through a Pipeline.
+func RunQueued(ahead int) *Event {
+	return MustEvent(`{"type":"CUSTOM","name":"run.queued","value":{"ahead":` + strconv.Itoa(ahead) + `}}`)
+}
+
+// IsRunQueued reports whether event (compact JSON, as RunQueued makes it) is a run.queued.
+func IsRunQueued(event []byte) bool {
+	return bytes.HasPrefix(event, []byte(`{"type":"CUSTOM","name":"run.queued",`))
+}
 
 // ServerFrame is a decoded outbound frame, for clients and tests.
 type ServerFrame struct {

@@ -181,10 +181,10 @@ func (s *Store) planSeal(ctx context.Context, key string, t *Thread, refresh boo
 	rec := threadRecord{Messages: msgs}
 	ended := 0
 	for _, r := range slices.Backward(t.Runs) {
-		if r.State != ThreadRunRunning {
+		if !active(r.State) {
 			ended++
 		}
-		if r.State != ThreadRunRunning && ended > keepRuns {
+		if !active(r.State) && ended > keepRuns {
 			rec.Runs = append(rec.Runs, r)
 			plan.moved = append(plan.moved, r.RunID)
 		}

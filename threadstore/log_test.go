@@ -41,7 +41,7 @@ func longThread(t *testing.T, s *Store, threadID string, from, turns int, post f
 			msgs = append(msgs, fmt.Sprintf(`{"id":%q,"role":%q,"content":%q}`, id, role, text))
 		}
 		input := fmt.Appendf(nil, `{"threadId":%q,"runId":%q,"messages":[%s]}`, threadID, runID, strings.Join(msgs, ","))
-		if _, err := s.AcceptRun(ctx, "alice", threadID, runID, input, s.ReadThreadAhead(ctx, "alice", threadID), nil); err != nil {
+		if _, err := s.AcceptRun(ctx, "alice", threadID, runID, input, s.ReadThreadAhead(ctx, "alice", threadID), Overlap{}); err != nil {
 			t.Fatalf("turn %d: %v", k, err)
 		}
 		if err := s.FinishRun(ctx, "alice", threadID, runID, turnEvents(threadID, runID, fmt.Sprintf("question %d", k))); err != nil {
@@ -115,7 +115,7 @@ func TestThreadLog(t *testing.T) {
 
 	// A cursor issued while its message was in the hot tail (a run's, while it ran), which
 	// the run's finish sealed.
-	if _, err := s.AcceptRun(ctx, "alice", "T", "rx", turnInput("T", "rx", "urx", "question x"), nil, nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T", "rx", turnInput("T", "rx", "urx", "question x"), nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
 	if th, err = s.Thread(ctx, "alice", "T"); err != nil {
@@ -163,7 +163,7 @@ func TestThreadReplyWrittenOnce(t *testing.T) {
 	longThread(t, s, "T", 0, 20, func(k int, ids []string) []string { return ids[len(ids)-1:] })
 	text := strings.Repeat("a long reply ", 5000) // 65,000 bytes
 	before := s.ThreadBytesWritten()
-	if _, err := s.AcceptRun(ctx, "alice", "T", "big", turnInput("T", "big", "ubig", "question"), nil, nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T", "big", turnInput("T", "big", "ubig", "question"), nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.FinishRun(ctx, "alice", "T", "big", turnEvents("T", "big", text)); err != nil {
@@ -223,7 +223,7 @@ func TestThreadLogPosted(t *testing.T) {
 	}
 	input := fmt.Appendf(nil, `{"threadId":"T","runId":"regen","messages":[{"id":"ur9","role":"user","content":"question 9"},`+
 		`{"id":"a-r9","role":"assistant","content":"re: question 9"},{"id":"ur10","role":"user","content":"question 10"}]}`)
-	if _, err := s.AcceptRun(ctx, "alice", "T", "regen", input, nil, nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T", "regen", input, nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.FinishRun(ctx, "alice", "T", "regen", turnEvents("T", "regen", "question 10")); err != nil {
@@ -307,7 +307,7 @@ func longThreads(tb testing.TB, s *Store, n int) string {
 		id := fmt.Sprintf("T%d", i)
 		for k := range 3 {
 			runID := fmt.Sprintf("%s-r%d", id, k)
-			if _, err := s.AcceptRun(ctx, "alice", id, runID, turnInput(id, runID, "u-"+runID, long), nil, nil); err != nil {
+			if _, err := s.AcceptRun(ctx, "alice", id, runID, turnInput(id, runID, "u-"+runID, long), nil, Overlap{}); err != nil {
 				tb.Fatal(err)
 			}
 			if err := s.FinishRun(ctx, "alice", id, runID, turnEvents(id, runID, long)); err != nil {
@@ -363,7 +363,7 @@ func TestThreadLogSnapshot(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	ctx := context.Background()
 	longThread(t, s, "T", 0, 10, func(k int, ids []string) []string { return ids[len(ids)-1:] })
-	if _, err := s.AcceptRun(ctx, "alice", "T", "snap", turnInput("T", "snap", "u-snap", "again"), nil, nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T", "snap", turnInput("T", "snap", "u-snap", "again"), nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
 	events := []json.RawMessage{

@@ -39,7 +39,7 @@ func TestThreadLargerThanAMessage(t *testing.T) {
 				runID := fmt.Sprintf("run-%d-%d", si, i)
 				input := turnInput("T", runID, "u-"+runID, fmt.Sprintf("hello %d %d", si, i))
 				ahead := s.ReadThreadAhead(ctx, "alice", "T")
-				if _, err := s.AcceptRun(ctx, "alice", "T", runID, input, ahead, nil); err != nil {
+				if _, err := s.AcceptRun(ctx, "alice", "T", runID, input, ahead, Overlap{}); err != nil {
 					errs <- err
 					return
 				}

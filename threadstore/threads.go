@@ -2,7 +2,6 @@ package threadstore
 
 import (
 	"bytes"
-	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
@@ -45,23 +44,82 @@ func (e *BusyError) Is(target error) bool { return target == ErrThreadBusy }
 // runs running until their finish lands, a moment after.
 type Ended func(ctx context.Context, runID string) (bool, error)
 
-// BusyWith returns the run of the thread, other than runID, that is still active (running in
-// the thread, and not ended), "" when none.
+// BusyWith returns the newest run of the thread accepted before runID (every run, when the
+// thread does not hold runID) that is still active: queued, or running and not ended. ""
+// when none.
 func (t *ThreadHead) BusyWith(ctx context.Context, runID string, ended Ended) (string, error) {
-	for i := len(t.Runs) - 1; i >= 0; i-- {
-		r := t.Runs[i]
-		if r.State != ThreadRunRunning || r.RunID == runID {
-			continue
-		}
-		if done, err := ended(ctx, r.RunID); err != nil || !done {
-			return r.RunID, err
+	before := t.Runs
+	if i := slices.IndexFunc(t.Runs, func(r ThreadRun) bool { return r.RunID == runID }); i >= 0 {
+		before = t.Runs[:i]
+	}
+	for _, r := range slices.Backward(before) {
+		switch r.State {
+		case ThreadRunQueued:
+			return r.RunID, nil
+		case ThreadRunRunning:
+			if done, err := ended(ctx, r.RunID); err != nil || !done {
+				return r.RunID, err
+			}
 		}
 	}
 	return "", nil
 }
 
+// Overlap is what AcceptRun does with a run while a run of its thread accepted before it is
+// active (THREADS.md section 6). The zero Overlap accepts it beside that run (concurrent).
+type Overlap struct {
+	// Ended, if set, tells running runs that stored their terminal from the others: the
+	// run is accepted only once no earlier run is active (BusyWith), else refused with a
+	// *BusyError (reject) ...
+	Ended Ended
+	// ... or, with Queue, recorded queued (enqueue): its input waits outside the
+	// transcript, and an AcceptRun of it again starts it once no earlier run is active. A
+	// thread holds at most MaxQueued queued runs; beyond, a *BusyError.
+	Queue bool
+}
+
+// MaxQueued bounds the queued runs of a thread.
+const MaxQueued = 16
+
+// RunState returns the state of the thread's run runID, "" when the thread does not hold it.
+func (t *ThreadHead) RunState(runID string) string {
+	if i := slices.IndexFunc(t.Runs, func(r ThreadRun) bool { return r.RunID == runID }); i >= 0 {
+		return t.Runs[i].State
+	}
+	return ""
+}
+
+// Ahead returns how many runs accepted before runID have not ended (queued or running).
+func (t *ThreadHead) Ahead(runID string) int {
+	n := 0
+	for _, r := range t.Runs {
+		if r.RunID == runID {
+			break
+		}
+		if active(r.State) {
+			n++
+		}
+	}
+	return n
+}
+
+// countQueued returns how many of runs are queued.
+func countQueued(runs []ThreadRun) int {
+	n := 0
+	for _, r := range runs {
+		if r.State == ThreadRunQueued {
+			n++
+		}
+	}
+	return n
+}
+
+// active reports whether a run in state has not ended: queued or running.
+func active(state string) bool { return state == ThreadRunRunning || state == ThreadRunQueued }
+
 // States of a thread's run.
 const (
+	ThreadRunQueued      = "queued"      // accepted behind earlier runs (Overlap.Queue), not started: its input is not in the transcript yet
 	ThreadRunRunning     = "running"     // accepted, no terminal stored yet
 	ThreadRunFinished    = "finished"    // ended with RUN_FINISHED
 	ThreadRunInterrupted = "interrupted" // ended with RUN_FINISHED and an interrupt outcome
@@ -461,9 +519,10 @@ func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string)
 // its input (RunAgentInput JSON) into the transcript, creating the thread if needed. A run
 // accepted again (a resubmit) is running again. ahead, if not nil, is the thread read ahead.
 // It returns a copy of the thread as it wrote it (the run's agent takes its context from it:
-// THREADS.md section 5). With ended set, the run is accepted alone: a *BusyError refuses it
-// while another run of the thread is active (BusyWith).
-func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead, ended Ended) (*Thread, error) {
+// THREADS.md section 5). While a run accepted before it is active, o says what happens: the
+// run is accepted beside it, refused, or queued (its RunState in the copy returned says so,
+// and a queued run's AcceptRun again leaves the thread unchanged until it starts).
+func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *ThreadAhead, o Overlap) (*Thread, error) {
 	var written *Thread
 	var created bool
 	key := threadKey(principal, threadID)
@@ -475,9 +534,22 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 			written.Principal, written.ThreadID = principal, threadID
 		}()
 		now := time.Now().UTC()
-		if ended != nil {
-			if active, err := t.BusyWith(ctx, runID, ended); err != nil || active != "" {
-				return false, cmp.Or(err, error(&BusyError{ActiveRun: active}))
+		if o.Ended != nil {
+			busy, err := t.BusyWith(ctx, runID, o.Ended)
+			switch {
+			case err != nil:
+				return false, err
+			case busy == "":
+			case !o.Queue:
+				return false, &BusyError{ActiveRun: busy}
+			case t.RunState(runID) == ThreadRunQueued:
+				return false, nil // still waiting
+			case countQueued(t.Runs) >= MaxQueued:
+				return false, &BusyError{ActiveRun: busy}
+			default:
+				t.Runs = append(t.Runs, ThreadRun{RunID: runID, State: ThreadRunQueued, Started: now})
+				t.Updated = now
+				return true, nil
 			}
 		}
 		if !exists {
@@ -535,8 +607,14 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 	err := s.updateThread(ctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
 		settled = nil
 		r := t.run(runID)
-		if !exists || r == nil || r.State != ThreadRunRunning {
+		if !exists || r == nil || !active(r.State) {
 			return false, nil
+		}
+		if r.State == ThreadRunQueued { // ended before it started (aborted, reaped)
+			r.State, r.Code = endState(events)
+			r.Ended = time.Now().UTC()
+			t.Updated = r.Ended
+			return true, nil
 		}
 		if t.Sealed != nil && slices.ContainsFunc(events, isSnapshot) {
 			// A MESSAGES_SNAPSHOT replaces the whole list: the run's finish needs it whole.
@@ -696,7 +774,7 @@ func (s *Store) DeleteThread(ctx context.Context, principal, threadID string) er
 	}
 	var errs []error
 	for _, r := range runs {
-		if r.State == ThreadRunRunning {
+		if active(r.State) {
 			errs = append(errs, s.runs.RequestAbort(principal, r.RunID, ""))
 		}
 		errs = append(errs, s.runs.DeleteRun(ctx, principal, threadID, r.RunID))

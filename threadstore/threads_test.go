@@ -77,7 +77,7 @@ func TestThreadTwoGatewaysLoseNothing(t *testing.T) {
 				// log: often stale by the time the run is accepted.
 				input := turnInput("T", runID, "u-"+runID, text)
 				ahead := s.ReadThreadAhead(ctx, "alice", "T")
-				if _, err := s.AcceptRun(ctx, "alice", "T", runID, input, ahead, nil); err != nil {
+				if _, err := s.AcceptRun(ctx, "alice", "T", runID, input, ahead, Overlap{}); err != nil {
 					errs <- err
 					return
 				}
@@ -141,7 +141,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread"), nil, nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T1", "r1", turnInput("T1", "r1", "u1", "first thread"), nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
 	var evs [][]byte
@@ -159,7 +159,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err := w.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread"), nil, nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T2", "r2", turnInput("T2", "r2", "u2", "second thread"), nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
 
@@ -209,7 +209,7 @@ func TestThreadReaped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, nil); err != nil {
+	if _, err := a.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
 	evs := turnEvents("T", "r1", "hi")
@@ -254,7 +254,7 @@ func TestThreadKeptValue(t *testing.T) {
 	turn := func(s *Store, runID string) {
 		t.Helper()
 		ahead := s.ReadThreadAhead(ctx, "alice", "T")
-		if _, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, runID), ahead, nil); err != nil {
+		if _, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, runID), ahead, Overlap{}); err != nil {
 			t.Fatal(err)
 		}
 		if err := s.FinishRun(ctx, "alice", "T", runID, turnEvents("T", runID, runID)); err != nil {
@@ -322,7 +322,7 @@ func TestThreadCountKept(t *testing.T) {
 	ctx := context.Background()
 	start := func(i int) error {
 		id := fmt.Sprintf("T%d", i)
-		_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id), nil)
+		_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id), Overlap{})
 		return err
 	}
 	var wg sync.WaitGroup
@@ -363,13 +363,13 @@ func TestAcceptRunAlone(t *testing.T) {
 	s := openStore(t, testConfig(t))
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if _, err := s.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, nil); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
 	ended := false
 	asked := ""
 	alone := func(_ context.Context, runID string) (bool, error) { asked = runID; return ended, nil }
-	_, err := s.AcceptRun(ctx, "alice", "T", "r2", turnInput("T", "r2", "u2", "again"), nil, alone)
+	_, err := s.AcceptRun(ctx, "alice", "T", "r2", turnInput("T", "r2", "u2", "again"), nil, Overlap{Ended: alone})
 	var busy *BusyError
 	if !errors.As(err, &busy) || busy.ActiveRun != "r1" || !errors.Is(err, ErrThreadBusy) || asked != "r1" {
 		t.Fatalf("AcceptRun beside a running run = %v (asked %q), want BusyError r1", err, asked)
@@ -378,11 +378,74 @@ func TestAcceptRunAlone(t *testing.T) {
 	if err != nil || len(th.Runs) != 1 || len(th.Transcript.Messages) != 1 {
 		t.Fatalf("thread after the refusal = %+v, %v; want r1 alone", th, err)
 	}
-	if _, err := s.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, alone); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u1", "hi"), nil, Overlap{Ended: alone}); err != nil {
 		t.Errorf("a resubmit of the active run refused: %v", err)
 	}
 	ended = true
-	if _, err := s.AcceptRun(ctx, "alice", "T", "r2", turnInput("T", "r2", "u2", "again"), nil, alone); err != nil {
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r2", turnInput("T", "r2", "u2", "again"), nil, Overlap{Ended: alone}); err != nil {
 		t.Fatalf("AcceptRun once r1 ended = %v", err)
+	}
+}
+
+// TestAcceptRunQueued: a run queued behind an active run (Overlap.Queue) is in the thread,
+// queued, with its input outside the transcript; accepting it again changes nothing while an
+// earlier run is active, and starts it (its input merged) once none is. Runs queue in order
+// of acceptance, at most MaxQueued; a queued run that ends before it starts (aborted) is
+// recorded ended, and no longer holds the later ones back.
+func TestAcceptRunQueued(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ended := map[string]bool{}
+	queue := Overlap{Ended: func(_ context.Context, runID string) (bool, error) { return ended[runID], nil }, Queue: true}
+	accept := func(runID, text string) *Thread {
+		t.Helper()
+		th, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, text), nil, queue)
+		if err != nil {
+			t.Fatalf("AcceptRun %s: %v", runID, err)
+		}
+		return th
+	}
+	accept("r1", "first")
+	if th := accept("r2", "second"); th.RunState("r2") != ThreadRunQueued || th.Ahead("r2") != 1 || len(th.Transcript.Messages) != 1 {
+		t.Fatalf("r2 beside a running r1: state %q, %d ahead, %d messages; want queued, 1, 1", th.RunState("r2"), th.Ahead("r2"), len(th.Transcript.Messages))
+	}
+	if th := accept("r3", "third"); th.RunState("r3") != ThreadRunQueued || th.Ahead("r3") != 2 {
+		t.Fatalf("r3: state %q, %d ahead; want queued, 2", th.RunState("r3"), th.Ahead("r3"))
+	}
+	if th := accept("r3", "third"); th.RunState("r3") != ThreadRunQueued {
+		t.Fatalf("r3 accepted again before r1 ended: %q", th.RunState("r3"))
+	}
+	ended["r1"] = true
+	if th := accept("r3", "third"); th.RunState("r3") != ThreadRunQueued {
+		t.Fatalf("r3 started before r2, queued ahead of it: %q", th.RunState("r3"))
+	}
+	if th := accept("r2", "second"); th.RunState("r2") != ThreadRunRunning || len(th.Transcript.Messages) != 2 {
+		t.Fatalf("r2 once r1 ended: state %q, %d messages; want running, 2", th.RunState("r2"), len(th.Transcript.Messages))
+	}
+	// r4 queues behind r2 and r3; r3 is aborted while queued.
+	accept("r4", "fourth")
+	aborted := []json.RawMessage{json.RawMessage(`{"type":"RUN_ERROR","message":"aborted","code":"aborted"}`)}
+	if err := s.FinishRun(ctx, "alice", "T", "r3", aborted); err != nil {
+		t.Fatal(err)
+	}
+	ended["r2"] = true
+	th := accept("r4", "fourth")
+	if th.RunState("r3") != ThreadRunError || th.RunState("r4") != ThreadRunRunning {
+		t.Fatalf("after r3's abort and r2's end: r3 %q, r4 %q; want error, running", th.RunState("r3"), th.RunState("r4"))
+	}
+	for _, m := range th.Transcript.Messages {
+		if m.ID == "u-r3" {
+			t.Fatalf("the aborted queued run's message is in the transcript")
+		}
+	}
+	// The queue's bound.
+	for i := range MaxQueued {
+		accept(fmt.Sprintf("q%d", i), "queued")
+	}
+	_, err := s.AcceptRun(ctx, "alice", "T", "over", turnInput("T", "over", "u-over", "over"), nil, queue)
+	var busy *BusyError
+	if !errors.As(err, &busy) {
+		t.Fatalf("AcceptRun beyond MaxQueued = %v, want a BusyError", err)
 	}
 }

@@ -240,6 +240,11 @@ type Config struct {
 	// its code and message (outcome limit_exceeded) after the marker, delivered live, so that
 	// the client and the run's thread see why.
 	Refused func() *Refusal
+	// Queued, if set, is asked next whether the run waits behind earlier runs of its
+	// thread (multitaskStrategy enqueue, THREADS.md section 6): a Queue's event is stored,
+	// and the agent called once its Wait returns. A stop while the run waits ends it at once
+	// (an abort takes it out of the queue, RUN_ERROR aborted); so does the log's loss.
+	Queued func() *Queue
 	// Used, if set, is called once from the driver when the run's terminal is stored and its
 	// terminals reported a token usage, with that usage by model (the entries' "model", ""
 	// for entries naming none). Only the turn that produces a run calls it: never a resume,
@@ -247,8 +252,60 @@ type Config struct {
 	Used func(byModel map[string]metrics.Usage)
 }
 
+// Queue is what Config.Queued answers for a run that waits behind earlier runs of its
+// thread: the event stored after the run.accepted marker (run.queued), and Wait, which
+// returns once the run may start, or with its context's error.
+type Queue struct {
+	Event *protocol.Event
+	Wait  func(context.Context) error
+}
+
 // Refusal is the RUN_ERROR of a turn refused before its agent is called (Config.Refused).
 type Refusal struct{ Code, Message string }
+
+// queue returns the turn's Queue, nil when it starts at once.
+func (t *Turn) queue() *Queue {
+	if t.cfg.Queued == nil {
+		return nil
+	}
+	return t.cfg.Queued()
+}
+
+// waitQueued stores the queue's event and waits for it to be stored and for the queue's
+// Wait, unless the turn is stopped or its log lost first; ended reports that the turn ends,
+// with its outcome, instead of starting.
+func (t *Turn) waitQueued(ctx context.Context, q *Queue) (outcome metrics.Outcome, code, msg string, ended bool) {
+	stored := make(chan error, 1)
+	t.mu.Lock()
+	t.appendLocked(q.Event, time.Now(), stored)
+	t.mu.Unlock()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waited := make(chan error, 1)
+	go func() { waited <- q.Wait(ctx) }()
+	for _, done := range []chan error{stored, waited} {
+		select {
+		case err := <-done:
+			if err == nil {
+				continue
+			}
+			t.log.WarnContext(t.cfg.Context, "waiting in the thread's queue", slog.String(keyErr, err.Error()))
+			outcome = metrics.OutcomeLogFailed
+			if done == waited {
+				waited <- nil // for the wait below
+			}
+		case r := <-t.stopCh:
+			outcome, code, msg = stopOutcome(r)
+		case <-t.cfg.Log.Lost():
+			outcome = metrics.OutcomeLogFailed
+		}
+		cancel()
+		<-waited
+		t.stopEmits()
+		return outcome, code, msg, true
+	}
+	return "", "", "", false
+}
 
 // refusal returns the turn's Refusal, nil when it is not refused.
 func (t *Turn) refusal() *Refusal {
@@ -678,6 +735,11 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 			t.stopEmits()
 			t.log.InfoContext(t.cfg.Context, "run refused", slog.String(keyCode, r.Code))
 			return metrics.OutcomeLimitExceeded, r.Code, r.Message
+		}
+		if q := t.queue(); q != nil {
+			if outcome, code, msg, ended := t.waitQueued(ctx, q); ended {
+				return outcome, code, msg
+			}
 		}
 	case r := <-t.stopCh:
 		t.stopEmits()
