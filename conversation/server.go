@@ -179,9 +179,10 @@ type Config struct {
 	// thread: the leading system and developer messages are kept, and the newest messages
 	// that fit. 0: no bound.
 	AgentHistoryBytes int
-	// Multitask is the multitaskStrategy of a run that names none (THREADS.md section 6):
-	// MultitaskConcurrent (the default: the run starts beside the thread's active run) or
-	// MultitaskReject (refused with thread_busy while another run of its thread is active).
+	// Multitask is the multitaskStrategy of a run that names none (THREADS.md section 6),
+	// while another run of its thread is active: MultitaskConcurrent (the default: it starts
+	// beside them), MultitaskEnqueue (it waits for the earlier runs to end) or
+	// MultitaskReject (refused with thread_busy).
 	Multitask string
 	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
 	// every request is DefaultPrincipal.

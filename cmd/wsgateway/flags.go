@@ -267,9 +267,9 @@ var serveFlags = []serveFlag{
 		return nil
 	}},
 	{"agent-history-bytes", "512KiB", "bytes of JSON of the thread's messages the agent is given: its leading system and developer messages, then the newest messages that fit, the newest one always; the cut is logged at debug level; 0: no bound", sizeSetter(0, func(c *serveConfig) *int64 { return &c.agentHistoryBytes })},
-	{"multitask", conversation.MultitaskConcurrent, "what a run that names no multitaskStrategy does while another run of its thread is active: concurrent (it starts beside it) or reject (it is refused, RUN_ERROR code thread_busy, HTTP 409); enqueue, interrupt and rollback are not carried out yet", func(c *serveConfig, v string) error {
-		if v != conversation.MultitaskConcurrent && v != conversation.MultitaskReject {
-			return fmt.Errorf("want %s or %s", conversation.MultitaskConcurrent, conversation.MultitaskReject)
+	{"multitask", conversation.MultitaskConcurrent, "what a run that names no multitaskStrategy does while another run of its thread is active: concurrent (it starts beside them), enqueue (it is accepted at once and starts when the earlier runs have ended, in order) or reject (it is refused, RUN_ERROR code thread_busy, HTTP 409); interrupt and rollback are not carried out yet", func(c *serveConfig, v string) error {
+		if v != conversation.MultitaskConcurrent && v != conversation.MultitaskEnqueue && v != conversation.MultitaskReject {
+			return fmt.Errorf("want %s, %s or %s", conversation.MultitaskConcurrent, conversation.MultitaskEnqueue, conversation.MultitaskReject)
 		}
 		c.multitask = v
 		return nil
