@@ -811,3 +811,60 @@ func TestThreadStep(t *testing.T) {
 		t.Errorf("Closed %d times (err %v, after %d of %d frames), want once, nil, after every frame", th.closed, th.closeErr, th.atClose, len(frames))
 	}
 }
+
+// TestQueued: a turn whose Config.Queued answers a Queue stores its event after the marker and
+// calls the agent only once the Queue's Wait returns; aborted while it waits, it ends
+// RUN_ERROR aborted without calling the agent, and its Wait's context ends.
+func TestQueued(t *testing.T) {
+	store := openStore(t)
+	ctx := context.Background()
+	for _, abort := range []bool{false, true} {
+		runID := fmt.Sprintf("queued-%v", abort)
+		w, err := store.Create(ctx, principal, runID, "t1")
+		if err != nil {
+			t.Fatalf("Create() = %v", err)
+		}
+		var ran atomic.Bool
+		agent := agentFunc(func(ctx context.Context, emit func([]byte) error) error {
+			ran.Store(true)
+			return emitAll(emit, started, finished)
+		})
+		waiting, release := make(chan struct{}), make(chan struct{})
+		var waitErr atomic.Value
+		q := &turn.Queue{Event: protocol.RunQueued(2), Wait: func(ctx context.Context) error {
+			close(waiting)
+			select {
+			case <-release:
+				return nil
+			case <-ctx.Done():
+				waitErr.Store(ctx.Err())
+				return ctx.Err()
+			}
+		}}
+		sk := newSink()
+		tr, err := turn.Start(turn.Config{Input: input(t, runID), Agent: agent, Log: w, Sink: sk, Queued: func() *turn.Queue { return q }})
+		if err != nil {
+			t.Fatalf("Start() = %v", err)
+		}
+		<-waiting
+		sk.waitFor(t, 2) // the marker and run.queued, while the run waits
+		if ran.Load() {
+			t.Fatal("the agent ran while the run was queued")
+		}
+		want := "CUSTOM:run.accepted CUSTOM:run.queued RUN_STARTED RUN_FINISHED"
+		if abort {
+			tr.Abort()
+			want = "CUSTOM:run.accepted CUSTOM:run.queued RUN_ERROR:" + turn.CodeAborted
+		} else {
+			close(release)
+		}
+		tr.Wait(ctx)
+		_, events := parseEnvelopes(t, readLog(t, store, runID))
+		if got := typesOf(events); got != want {
+			t.Errorf("abort %v: log = %s, want %s", abort, got, want)
+		}
+		if abort && (ran.Load() || waitErr.Load() == nil) {
+			t.Errorf("aborted while queued: the agent ran %v, the wait's context ended %v", ran.Load(), waitErr.Load() != nil)
+		}
+	}
+}
