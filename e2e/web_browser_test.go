@@ -149,6 +149,7 @@ type runFrame struct {
 	ForwardedProps struct {
 		Demo map[string]any `json:"demo"`
 	} `json:"forwardedProps"`
+	MultitaskStrategy string `json:"multitaskStrategy"`
 }
 
 // sentFrames returns the run and abort frames the page has sent so far, decoded (follow
@@ -329,10 +330,17 @@ func (p *page) setOptions(o demoOptions) {
 	}
 }
 
-// send types text into the composer and presses Enter, as a visitor would.
+// send waits until no reply of the page streams, then types text into the composer and
+// presses Enter, as a visitor would.
 func (p *page) send(text string) {
 	p.tb.Helper()
-	p.waitFor("the composer to accept a message", `!document.querySelector("#send").hidden`)
+	p.waitFor("the page's replies to end", `document.body.dataset.busy !== "true"`)
+	p.sendNow(text)
+}
+
+// sendNow types text into the composer and presses Enter at once, a reply streaming or not.
+func (p *page) sendNow(text string) {
+	p.tb.Helper()
 	p.do(chromedp.SendKeys(chromedp.CSS("#prompt"), text+"\r"))
 }
 

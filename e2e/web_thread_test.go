@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -122,5 +123,42 @@ func TestWebStopAfterReload(t *testing.T) {
 	}
 	if n := len(p.turns()); n != 1 {
 		t.Errorf("the page shows %d turns after the reload, want 1", n)
+	}
+}
+
+// TestWebQueue: a message sent while a reply streams is queued behind it (multitaskStrategy
+// enqueue): its turn shows "Queued: 1 reply ahead", on the page that sent it and on a second
+// page following the thread, then starts once the first reply has ended, and is answered;
+// the page posts the new message alone.
+func TestWebQueue(t *testing.T) {
+	g := startGateway(t)
+	browser := startBrowser(t)
+	p1 := openPage(t, browser, g.URL+"/")
+	hash := eval[string](p1, `location.hash`)
+	p2 := openPage(t, browser, g.URL+"/"+hash)
+	p2.waitFor("page 2 to follow the thread", `document.querySelector("#connection").dataset.state === "connected"`)
+
+	const tokens = 150
+	p1.setOptions(demoOptions{Tokens: strconv.Itoa(tokens), IntervalMs: "20"})
+	p1.send("a long one")
+	p1.waitReplyLen(0, len(tokensReply(5)))
+	p1.setOptions(demoOptions{})
+	p1.sendNow("queued behind it")
+	for i, p := range []*page{p1, p2} {
+		p.waitFor(fmt.Sprintf("page %d to show the second turn queued", i+1),
+			`document.querySelectorAll("#conversation .turn")[1]?.dataset.queued === "true"`)
+		if got := p.turn(1); got.StatusLine != "Queued: 1 reply ahead" || got.Reply != "" || p.turn(0).Status != "running" {
+			t.Errorf("page %d: the queued turn shows %+v while the first streams", i+1, got)
+		}
+	}
+	for i, p := range []*page{p1, p2} {
+		first := p.waitStatus(0, "done")
+		second := p.waitStatus(1, "done")
+		if first.Reply != tokensReply(tokens) || second.Reply != "You said: queued behind it" || second.StatusLine != "" {
+			t.Errorf("page %d: turns %+v then %+v", i+1, first, second)
+		}
+	}
+	if f := p1.sentFrames(); len(f) != 2 || f[1].MultitaskStrategy != "enqueue" || len(f[1].Messages) != 1 {
+		t.Errorf("page 1 sent %+v; want the second run frame with multitaskStrategy enqueue and its new message alone", f)
 	}
 }

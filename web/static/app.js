@@ -6,6 +6,9 @@
 // lists the threads the server keeps; choosing one shows it as the server has it (from any
 // tab or device), and rejoins its running turn.
 //
+// A message sent while a reply streams is queued behind it (multitaskStrategy enqueue): its
+// turn shows "Queued" until the server starts it, once the turns before it have ended.
+//
 // The page follows its thread: a turn of the thread started elsewhere (another tab on the
 // same thread, another device, a server) streams here too. The thread's id is in the
 // address (#thread=<id>): a tab, browser or device opened on that address shows the thread as
@@ -157,9 +160,8 @@ function runningView() {
 
 function refreshComposer() {
 	const running = runningView() !== undefined;
-	sendButton.hidden = running;
 	stopButton.hidden = !running;
-	sendButton.disabled = running || prompt.value.trim() === "";
+	sendButton.disabled = prompt.value.trim() === "";
 	document.body.dataset.busy = String(running);
 }
 
@@ -265,7 +267,11 @@ const conversation = new Conversation({
 function send(text) {
 	const user = { id: randomId("msg"), content: text };
 	const runId = randomId("run");
-	const messages = [...history(), { id: user.id, role: "user", content: text }];
+	// A message sent while a reply streams waits for it on the server (multitaskStrategy
+	// enqueue), which gives the agent the thread as it is when the message's turn starts:
+	// the new message alone is posted, not a reply still being written.
+	const newMessage = { id: user.id, role: "user", content: text };
+	const messages = runningView() ? [newMessage] : [...history(), newMessage];
 	const view = new TurnView({ runId, user });
 	addView(view);
 	saveThread();
@@ -276,6 +282,7 @@ function send(text) {
 		tools: [],
 		context: [],
 		forwardedProps: { demo: demoOptions() },
+		multitaskStrategy: "enqueue",
 	});
 	refreshComposer();
 	scrollToEnd();
@@ -319,7 +326,7 @@ log.addEventListener("approval", (event) => {
 form.addEventListener("submit", (event) => {
 	event.preventDefault();
 	const text = prompt.value.trim();
-	if (text === "" || runningView()) return;
+	if (text === "") return;
 	prompt.value = "";
 	send(text);
 	prompt.focus();

@@ -166,7 +166,10 @@ export class TurnView {
 	apply(event) {
 		switch (event.type) {
 			case "RUN_STARTED":
-				if (!this.running) this.setStatus(Status.running);
+				if (!this.running || this.root.dataset.queued) this.setStatus(Status.running);
+				break;
+			case "CUSTOM":
+				if (event.name === "run.queued") this.queued(event.value?.ahead);
 				break;
 			case "TEXT_MESSAGE_START":
 				// The text shows where its first content comes: after the reasoning and tool
@@ -244,7 +247,7 @@ export class TurnView {
 				else this.finish(Status.error, { message: event.message, code: event.code });
 				break;
 			default:
-				// CUSTOM run.accepted, steps, state and activity events change nothing shown.
+				// Steps, state, activity and the other CUSTOM events (run.accepted) change nothing shown.
 				break;
 		}
 	}
@@ -430,7 +433,18 @@ export class TurnView {
 		part.state.textContent = state;
 	}
 
+	/** queued shows that the turn waits for ahead turns of the thread to end before it starts. */
+	queued(ahead) {
+		this.root.dataset.queued = "true";
+		this.typing.hidden = true;
+		const n = Number.isInteger(ahead) && ahead > 0 ? ahead : 1;
+		this.statusLine.textContent = `Queued: ${n} ${n === 1 ? "reply" : "replies"} ahead`;
+		this.statusLine.hidden = false;
+		this.statusLine.setAttribute("role", "status");
+	}
+
 	setStatus(status) {
+		delete this.root.dataset.queued;
 		this.status = status;
 		this.root.dataset.status = status;
 		this.reply.setAttribute("aria-busy", String(status === Status.running));
