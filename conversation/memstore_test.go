@@ -26,7 +26,7 @@ import (
 type memStore struct {
 	mu       sync.Mutex
 	runs     map[string]*memRun // by runID
-	aborts   []func(principal, runID, origin string)
+	aborts   []func(principal, runID, origin string, interrupt bool)
 	subs     map[string]map[int]func(jetstream.Announcement)
 	nextSub  int
 	queriers []func(key string) []jetstream.Announcement
@@ -171,18 +171,26 @@ func (s *memStore) Ended(_ context.Context, principal, runID string) (bool, erro
 }
 
 func (s *memStore) RequestAbort(principal, runID, origin string) error {
+	return s.requestStop(principal, runID, origin, false)
+}
+
+func (s *memStore) RequestInterrupt(principal, runID string) error {
+	return s.requestStop(principal, runID, "", true)
+}
+
+func (s *memStore) requestStop(principal, runID, origin string, interrupt bool) error {
 	s.mu.Lock()
 	fs := slices.Clone(s.aborts)
 	s.mu.Unlock()
 	go func() {
 		for _, f := range fs {
-			f(principal, runID, origin)
+			f(principal, runID, origin, interrupt)
 		}
 	}()
 	return nil
 }
 
-func (s *memStore) OnAbort(f func(principal, runID, origin string)) error {
+func (s *memStore) OnAbort(f func(principal, runID, origin string, interrupt bool)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.aborts = append(s.aborts, f)

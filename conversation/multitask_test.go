@@ -1,6 +1,7 @@
 package conversation_test
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/protocol"
+	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // withStrategy returns the run frame with its multitaskStrategy set.
@@ -63,9 +65,9 @@ func TestMultitaskReject(t *testing.T) {
 	if code, _ := bareError(t, a2); code != conversation.CodeThreadBusy {
 		t.Errorf("reject on the active run's gateway: %s, want %s", code, conversation.CodeThreadBusy)
 	}
-	a2.send(withStrategy(threadFrame("T", "r5", script{Tokens: 1}, "u5", "fifth"), "interrupt"))
-	if code, msg := bareError(t, a2); code != conversation.CodeInvalidInput || !strings.Contains(msg, "interrupt") {
-		t.Errorf("interrupt: %s %q, want %s naming it", code, msg, conversation.CodeInvalidInput)
+	a2.send(withStrategy(threadFrame("T", "r5", script{Tokens: 1}, "u5", "fifth"), "rollback"))
+	if code, msg := bareError(t, a2); code != conversation.CodeInvalidInput || !strings.Contains(msg, "rollback") {
+		t.Errorf("rollback: %s %q, want %s naming it", code, msg, conversation.CodeInvalidInput)
 	}
 	for _, door := range []struct {
 		e    *env
@@ -172,5 +174,40 @@ func TestMultitaskEnqueue(t *testing.T) {
 	if got, want := h.summary(), "u1 user: a long question | "; !strings.HasPrefix(got, want) || strings.Contains(got, "never") ||
 		strings.Count(got, "assistant") != 3 || strings.Index(got, "second") > strings.Index(got, "third") {
 		t.Errorf("hydrate after the queue: %s", got)
+	}
+}
+
+// TestMultitaskInterrupt (THREADS.md section 6): a run sent with interrupt, through another
+// gateway, while a run of its thread streams: the streaming run ends RUN_ERROR code
+// interrupted (live, on its own socket), its partial reply kept in the thread; the new run
+// is accepted and queued at once, then starts and finishes after it.
+func TestMultitaskInterrupt(t *testing.T) {
+	e1 := newEnv(t, envOptions{})
+	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL()})
+
+	a := dial(t, e1.url(), "")
+	a.send(threadFrame("T", "r1", script{Tokens: 1000, IntervalMs: 20}, "u1", "first"))
+	a.untilN(t, 5) // the marker, RUN_STARTED, TEXT_MESSAGE_START, two deltas
+	b := dial(t, e2.url(), "")
+	b.send(withStrategy(threadFrame("T", "r2", script{Tokens: 2}, "u2", "second"), "interrupt"))
+	rest := a.untilTerminal()
+	if got := summary(rest[len(rest)-1:]); got != "RUN_ERROR:interrupted" {
+		t.Errorf("the interrupted run ended %s, want RUN_ERROR:interrupted", got)
+	}
+	want := "CUSTOM:run.accepted CUSTOM:run.queued RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED"
+	if got := summary(b.untilTerminal()); got != want {
+		t.Errorf("the interrupting run: %s, want %s", got, want)
+	}
+	e1.waitClosed(t, "r2")
+	th, err := e1.threads.Thread(context.Background(), "p1", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(th.Runs) != 2 || th.Runs[0].State != threadstore.ThreadRunError || th.Runs[0].Code != "interrupted" {
+		t.Errorf("thread runs = %+v, want r1 ended interrupted", th.Runs)
+	}
+	h := e2.hydrate(t, "/api/chat", "", "threadId", "T")
+	if s := h.summary(); !strings.HasPrefix(s, "u1 user: first | m-r1-1 assistant: t1 t2") || !strings.HasSuffix(s, "u2 user: second | m-r2-1 assistant: t1 t2  | ") {
+		t.Errorf("hydrate after the interrupt: %s", s)
 	}
 }

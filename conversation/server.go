@@ -44,7 +44,10 @@ type Store interface {
 	// RequestAbort asks every gateway sharing the store to abort the principal's run;
 	// OnAbort delivers those requests (this gateway's own too) for the Server's lifetime.
 	RequestAbort(principal, runID, origin string) error
-	OnAbort(f func(principal, runID, origin string)) error
+	OnAbort(f func(principal, runID, origin string, interrupt bool)) error
+	// RequestInterrupt asks the same of a run that a newer run of its thread interrupts
+	// (multitaskStrategy interrupt): it ends RUN_ERROR code interrupted.
+	RequestInterrupt(principal, runID string) error
 	// OnTakeover hands this gateway the runs kept with their input (jetstream.WithInput)
 	// whose producer died (Config.Replay).
 	OnTakeover(f func(jetstream.Takeover) bool)
@@ -181,7 +184,8 @@ type Config struct {
 	AgentHistoryBytes int
 	// Multitask is the multitaskStrategy of a run that names none (THREADS.md section 6),
 	// while another run of its thread is active: MultitaskConcurrent (the default: it starts
-	// beside them), MultitaskEnqueue (it waits for the earlier runs to end) or
+	// beside them), MultitaskEnqueue (it waits for the earlier runs to end),
+	// MultitaskInterrupt (it interrupts the running ones and waits for them to end) or
 	// MultitaskReject (refused with thread_busy).
 	Multitask string
 	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
@@ -449,7 +453,11 @@ func New(cfg Config) (*Server, error) {
 	}
 	// An abort frame on a socket of another gateway reaches the turn here, and a follower
 	// there learns which runs of its thread run here.
-	err = cfg.Store.OnAbort(func(principal, runID, origin string) {
+	err = cfg.Store.OnAbort(func(principal, runID, origin string, interrupt bool) {
+		if interrupt {
+			s.turns.interrupt(runKey{principal, runID})
+			return
+		}
 		s.turns.abort(runKey{principal, runID}, nil, origin, 0, 0)
 	})
 	if err == nil {

@@ -118,7 +118,9 @@ func (l *threadRun) Keep(event []byte) {
 // ahead (the thread read while the run's log was created), at the same time as the run's
 // first event is stored; the run is announced once its thread is written. The write waits
 // for no event: a new run's first event is stored in the write's round trip.
-func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, o threadstore.Overlap, log *slog.Logger) *threadRun {
+// A run queued with interrupt set interrupts the runs running before it (multitaskStrategy
+// interrupt), which end RUN_ERROR code interrupted, so that it starts at once.
+func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, o threadstore.Overlap, interrupt bool, log *slog.Logger) *threadRun {
 	l := &threadRun{srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log,
 		accepted: make(chan struct{}), landed: make(chan struct{}), overlap: o, input: in.JSON()}
 	go func() {
@@ -152,6 +154,9 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 				l.written, first = t, false
 				if t != nil && t.RunState(in.RunID) == threadstore.ThreadRunQueued {
 					l.ahead = t.Ahead(in.RunID)
+					if interrupt {
+						srv.interruptBefore(t, in.RunID, log)
+					}
 				}
 			}
 			ahead = nil // a retry reads the thread again
@@ -160,6 +165,20 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 		})
 	}()
 	return l
+}
+
+// interruptBefore asks that the runs of t running before runID be interrupted.
+func (srv *Server) interruptBefore(t *threadstore.Thread, runID string, log *slog.Logger) {
+	for _, r := range t.Runs {
+		if r.RunID == runID {
+			return
+		}
+		if r.State == threadstore.ThreadRunRunning {
+			if err := srv.cfg.Store.RequestInterrupt(t.Principal, r.RunID); err != nil {
+				log.Warn("interrupting an earlier run of the thread", slog.String("activeRunId", r.RunID), slog.String(keyErr, err.Error()))
+			}
+		}
+	}
 }
 
 // queued is the run's turn.Config.Queued: a run its acceptance queued stores run.queued, and

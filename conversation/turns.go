@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -50,10 +52,11 @@ const (
 	MsgThreadBusy  = "the thread has a run in progress: send again once it has ended, or with multitaskStrategy concurrent"
 )
 
-// Values of a run's multitaskStrategy (THREADS.md section 6) that this gateway carries out,
-// and Config.Multitask's.
+// Values of a run's multitaskStrategy (THREADS.md section 6) that this gateway carries out
+// (multitaskBuilt), and Config.Multitask's.
 const (
 	MultitaskEnqueue    = "enqueue"
+	MultitaskInterrupt  = "interrupt"
 	MultitaskReject     = "reject"
 	MultitaskConcurrent = "concurrent"
 )
@@ -223,6 +226,23 @@ func (r *registry) abort(key runKey, from *conn, origin string, max int, ttl tim
 	return s
 }
 
+// interrupt stops the running turn of key with code interrupted (a newer run of its thread
+// takes its place); a turn not started yet is aborted when it starts.
+func (r *registry) interrupt(key runKey) {
+	r.mu.Lock()
+	s := r.slots[key]
+	var t *turn.Turn
+	if s != nil {
+		if t = s.turn; t == nil {
+			s.aborted = true
+		}
+	}
+	r.mu.Unlock()
+	if t != nil {
+		t.Interrupt()
+	}
+}
+
 // wait waits until s's turn ended and the registry forgot s (its place freed), or ctx ends.
 func (r *registry) wait(ctx context.Context, s *slot) error {
 	select {
@@ -338,9 +358,9 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		refused = &turn.Refusal{Code: CodeBudgetExceeded, Message: MsgBudgetExceeded}
 	}
 	strategy := cmp.Or(req.in.MultitaskStrategy, srv.cfg.Multitask, MultitaskConcurrent)
-	if strategy != MultitaskEnqueue && strategy != MultitaskReject && strategy != MultitaskConcurrent {
+	if !slices.Contains(multitaskBuilt, strategy) {
 		srv.turns.end(s)
-		return nil, protocol.AppendRunError(nil, "multitaskStrategy "+strategy+" is not carried out by this gateway: use "+MultitaskEnqueue+", "+MultitaskReject+" or "+MultitaskConcurrent, CodeInvalidInput)
+		return nil, protocol.AppendRunError(nil, "multitaskStrategy "+strategy+" is not carried out by this gateway: use one of "+strings.Join(multitaskBuilt, ", "), CodeInvalidInput)
 	}
 	ctx, span := srv.startTurnSpan(req)
 	if req.prev != nil {
@@ -359,7 +379,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	if threaded {
 		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)
 		if strategy != MultitaskConcurrent {
-			overlap = threadstore.Overlap{Ended: srv.runEnded(s.key.principal), Queue: strategy == MultitaskEnqueue}
+			overlap = threadstore.Overlap{Ended: srv.runEnded(s.key.principal), Queue: strategy != MultitaskReject}
 		}
 		if strategy == MultitaskReject {
 			// The thread is read before the log is created: a run refused creates none.
@@ -398,7 +418,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	var record turn.Thread // nil unless threaded: a nil *threadRun is not a nil turn.Thread
 	agent := srv.cfg.Agent
 	if threaded {
-		tr = srv.newThreadRun(s, req.in, ahead, overlap, log)
+		tr = srv.newThreadRun(s, req.in, ahead, overlap, strategy == MultitaskInterrupt, log)
 		record = tr
 		if !srv.cfg.AgentHistoryClient {
 			agent = contextAgent{Agent: agent, srv: srv, l: tr, span: span, log: log}
@@ -486,6 +506,9 @@ func refusedBy(refused *turn.Refusal, tr *threadRun) func() *turn.Refusal {
 		return refused
 	}
 }
+
+// multitaskBuilt are the strategies this gateway carries out.
+var multitaskBuilt = []string{MultitaskConcurrent, MultitaskEnqueue, MultitaskInterrupt, MultitaskReject}
 
 // queuedBy returns the turn.Config.Queued of a turn: its threadRun's (tr is nil for a run in
 // no thread, which never waits).

@@ -11,14 +11,16 @@ const (
 	hdrPrincipal = "Wsg-Principal"
 	hdrRunID     = "Wsg-Run-Id"
 	hdrOrigin    = "Wsg-Origin"
+	hdrInterrupt = "Wsg-Interrupt"
 )
 
 // OnAbort subscribes to the abort requests of every store sharing the stream, this one's
-// included (RequestAbort), and calls f with the principal, runId and origin of each, from the
-// connection's delivery goroutine: f must not block. The subscription lasts until Close.
-func (s *Store) OnAbort(f func(principal, runID, origin string)) error {
+// included (RequestAbort, RequestInterrupt), and calls f with the principal, runId and
+// origin of each, and whether it is an interrupt, from the connection's delivery goroutine: f
+// must not block. The subscription lasts until Close.
+func (s *Store) OnAbort(f func(principal, runID, origin string, interrupt bool)) error {
 	_, err := s.nc.Subscribe(s.cfg.AbortSubject, func(m *nats.Msg) {
-		f(m.Header.Get(hdrPrincipal), m.Header.Get(hdrRunID), m.Header.Get(hdrOrigin))
+		f(m.Header.Get(hdrPrincipal), m.Header.Get(hdrRunID), m.Header.Get(hdrOrigin), m.Header.Get(hdrInterrupt) != "")
 	})
 	if err != nil {
 		return fmt.Errorf("jetstream: subscribe to aborts: %w", err)
@@ -31,11 +33,24 @@ func (s *Store) OnAbort(f func(principal, runID, origin string)) error {
 // no run, changes nothing. origin is an opaque name of the client that asks (as
 // Announcement.Origin, "" for none). It is sent once, at most once delivered, and does not wait.
 func (s *Store) RequestAbort(principal, runID, origin string) error {
+	return s.requestStop(principal, runID, origin, false)
+}
+
+// RequestInterrupt asks, as RequestAbort does, that the principal's run be stopped because a
+// newer run of its thread takes its place (its RUN_ERROR's code is interrupted).
+func (s *Store) RequestInterrupt(principal, runID string) error {
+	return s.requestStop(principal, runID, "", true)
+}
+
+func (s *Store) requestStop(principal, runID, origin string, interrupt bool) error {
 	m := nats.NewMsg(s.cfg.AbortSubject)
 	m.Header.Set(hdrPrincipal, principal)
 	m.Header.Set(hdrRunID, runID)
 	if origin != "" {
 		m.Header.Set(hdrOrigin, origin)
+	}
+	if interrupt {
+		m.Header.Set(hdrInterrupt, "1")
 	}
 	if err := s.nc.PublishMsg(m); err != nil {
 		return fmt.Errorf("jetstream: request abort: %w", err)

@@ -137,12 +137,14 @@ const (
 	CodeAgentError     = "agent_error"
 	CodeViolation      = "protocol_violation"
 	CodeAborted        = "aborted"
+	CodeInterrupted    = "interrupted"
 	CodeShutdown       = "shutdown"
 	CodeLogUnavailable = "log_unavailable"
 	CodeLimitExceeded  = "limit_exceeded"
 
 	MsgIncomplete     = "agent stream ended without a terminal event"
 	MsgAborted        = "Request aborted"
+	MsgInterrupted    = "interrupted by a newer run of the thread"
 	MsgShutdown       = "gateway shutting down"
 	MsgLogUnavailable = "run log unavailable"
 )
@@ -324,6 +326,7 @@ type stopReason int
 const (
 	stopNone stopReason = iota
 	stopAbort
+	stopInterrupt
 	stopShutdown
 )
 
@@ -427,6 +430,10 @@ func (t *Turn) Abort() {
 	t.Detach()
 	t.requestStop(stopAbort)
 }
+
+// Interrupt stops the turn like Abort, with code interrupted (a newer run of its thread
+// takes its place: multitaskStrategy interrupt), and keeps live delivery.
+func (t *Turn) Interrupt() { t.requestStop(stopInterrupt) }
 
 // Shutdown stops the turn like Abort, with code shutdown, and keeps live delivery.
 func (t *Turn) Shutdown() { t.requestStop(stopShutdown) }
@@ -835,8 +842,11 @@ func (t *Turn) runAgent(ctx context.Context, cancel context.CancelFunc) (metrics
 }
 
 func stopOutcome(r stopReason) (metrics.Outcome, string, string) {
-	if r == stopShutdown {
+	switch r {
+	case stopShutdown:
 		return metrics.OutcomeShutdown, CodeShutdown, MsgShutdown
+	case stopInterrupt:
+		return metrics.OutcomeAborted, CodeInterrupted, MsgInterrupted
 	}
 	return metrics.OutcomeAborted, CodeAborted, MsgAborted
 }

@@ -311,6 +311,7 @@ func TestStop(t *testing.T) {
 		live    bool // the RUN_ERROR is delivered live
 	}{
 		{"abort", (*turn.Turn).Abort, turn.CodeAborted, turn.MsgAborted, false},
+		{"interrupt", (*turn.Turn).Interrupt, turn.CodeInterrupted, turn.MsgInterrupted, true},
 		{"shutdown", (*turn.Turn).Shutdown, turn.CodeShutdown, turn.MsgShutdown, true},
 	}
 	for _, tt := range tests {

@@ -267,12 +267,13 @@ var serveFlags = []serveFlag{
 		return nil
 	}},
 	{"agent-history-bytes", "512KiB", "bytes of JSON of the thread's messages the agent is given: its leading system and developer messages, then the newest messages that fit, the newest one always; the cut is logged at debug level; 0: no bound", sizeSetter(0, func(c *serveConfig) *int64 { return &c.agentHistoryBytes })},
-	{"multitask", conversation.MultitaskConcurrent, "what a run that names no multitaskStrategy does while another run of its thread is active: concurrent (it starts beside them), enqueue (it is accepted at once and starts when the earlier runs have ended, in order) or reject (it is refused, RUN_ERROR code thread_busy, HTTP 409); interrupt and rollback are not carried out yet", func(c *serveConfig, v string) error {
-		if v != conversation.MultitaskConcurrent && v != conversation.MultitaskEnqueue && v != conversation.MultitaskReject {
-			return fmt.Errorf("want %s, %s or %s", conversation.MultitaskConcurrent, conversation.MultitaskEnqueue, conversation.MultitaskReject)
+	{"multitask", conversation.MultitaskConcurrent, "what a run that names no multitaskStrategy does while another run of its thread is active: concurrent (it starts beside them), enqueue (it is accepted at once and starts when the earlier runs have ended, in order), interrupt (as enqueue, and the running ones end RUN_ERROR code interrupted) or reject (it is refused, RUN_ERROR code thread_busy, HTTP 409); rollback is not carried out yet", func(c *serveConfig, v string) error {
+		switch v {
+		case conversation.MultitaskConcurrent, conversation.MultitaskEnqueue, conversation.MultitaskInterrupt, conversation.MultitaskReject:
+			c.multitask = v
+			return nil
 		}
-		c.multitask = v
-		return nil
+		return fmt.Errorf("want %s, %s, %s or %s", conversation.MultitaskConcurrent, conversation.MultitaskEnqueue, conversation.MultitaskInterrupt, conversation.MultitaskReject)
 	}},
 	{"heartbeat", "30s", "interval of the {\"type\":\"ping\"} frames and WebSocket pings", durationSetter(func(c *serveConfig) *time.Duration { return &c.heartbeat })},
 	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing or it follows a thread", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
