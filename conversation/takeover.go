@@ -51,6 +51,17 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 		srv.cfg.Metrics.TakeoverEnded(metrics.TakeoverRefused)
 		return false
 	}
+	stored := tk.Stored
+	if i := slices.IndexFunc(stored, func(e jetstream.Entry) bool { return protocol.IsRunQueued(e.Event) }); i >= 0 {
+		if i == len(stored)-1 {
+			// Queued behind earlier runs of its thread and never started: taken over, it would
+			// start out of turn. It ends producer_lost, and its client may send it again.
+			log.Info("takeover: the run was queued and never started: it ends producer_lost")
+			srv.cfg.Metrics.TakeoverEnded(metrics.TakeoverRefused)
+			return false
+		}
+		stored = slices.Delete(slices.Clone(stored), i, i+1) // not the agent's: no replay matches it
+	}
 	key := runKey{tk.Info.Principal, tk.Info.RunID}
 	s, err := srv.turns.adopt(key, srv.cfg.Store.ThreadKey(key.principal, in.ThreadID))
 	if err != nil {
@@ -71,10 +82,10 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 		input = srv.agentInput(ctx, th, in, trace.SpanFromContext(ctx), log)
 		cancel()
 	}
-	var rl takeoverLog = &replayLog{w: tk.Writer, stored: tk.Stored}
-	replayed := max(len(tk.Stored)-1, 0) // the agent's events before the first stored one past run.accepted
+	var rl takeoverLog = &replayLog{w: tk.Writer, stored: stored}
+	replayed := max(len(stored)-1, 0) // the agent's events before the first stored one past run.accepted
 	if srv.cfg.Continue {
-		cl, reply, err := newContinueLog(tk.Writer, tk.Stored)
+		cl, reply, err := newContinueLog(tk.Writer, stored)
 		if err != nil {
 			log.Info("takeover: the stored reply cannot be continued", slog.String(keyErr, err.Error()))
 			srv.turns.end(s)
@@ -86,7 +97,7 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 		}
 		rl, replayed = cl, 0
 	}
-	log.Info("taking over a run whose producer died", slog.Int("stored", len(tk.Stored)), slog.Bool("continued", srv.cfg.Continue))
+	log.Info("taking over a run whose producer died", slog.Int("stored", len(stored)), slog.Bool("continued", srv.cfg.Continue))
 	ctx, span := srv.startTakeoverSpan(tk, in.ThreadID)
 	t, err := turn.Start(turn.Config{
 		Input:        input,

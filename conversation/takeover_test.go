@@ -300,3 +300,50 @@ func TestTakeoverTraced(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestTakeoverQueued: the gateway of a queued run (multitaskStrategy enqueue) dies. A run
+// that never started is not started out of turn by a takeover: it ends RUN_ERROR
+// producer_lost, and the thread's run before it goes on. A run that had started when its
+// gateway died is taken over like any other: its log holds the marker, run.queued and the
+// whole turn, each once.
+func TestTakeoverQueued(t *testing.T) {
+	a := newEnv(t, envOptions{replay: true, leaseTTL: time.Second})
+	// Never started: queued on b1 behind a run streaming on a.
+	b1 := newEnv(t, envOptions{natsURL: a.store.ClientURL(), replay: true, leaseTTL: time.Second, multitask: "enqueue"})
+	first := dial(t, a.url(), "")
+	first.send(threadFrame("T1", "first", script{Tokens: 150, IntervalMs: 20}, "u1", "first"))
+	first.untilN(t, 4)
+	queued := dial(t, b1.url(), "")
+	queued.send(threadFrame("T1", "queued", script{Tokens: 5}, "u2", "second"))
+	queued.untilN(t, 2) // run.accepted, run.queued
+	b1.store.Close()
+	log, end := a.resume(t, "queued", "-1")
+	if got := summary(log); got != "CUSTOM:run.accepted CUSTOM:run.queued RUN_ERROR:producer_lost" || end.code != websocket.StatusNormalClosure {
+		t.Errorf("the queued run of a dead gateway: %s (close %d), want it ended producer_lost, never started", got, end.code)
+	}
+	if got := summary(first.untilTerminal()); !strings.HasSuffix(got, "RUN_FINISHED") {
+		t.Errorf("the run before it ended %s", got)
+	}
+
+	// Started: queued on b2 behind a short run, started, then b2 dies mid-turn.
+	b2 := newEnv(t, envOptions{natsURL: a.store.ClientURL(), replay: true, leaseTTL: time.Second, multitask: "enqueue"})
+	short := dial(t, a.url(), "")
+	short.send(threadFrame("T2", "short", script{Tokens: 20, IntervalMs: 10}, "u1", "first"))
+	short.untilN(t, 3)
+	cl := dial(t, b2.url(), "")
+	const tokens = 40
+	cl.send(threadFrame("T2", "started", script{Tokens: tokens, IntervalMs: 20}, "u2", "second"))
+	got := cl.untilN(t, 2+3+tokens/4) // run.accepted, run.queued, then RUN_STARTED, TEXT_MESSAGE_START, deltas
+	b2.store.Close()
+	rest, _ := a.resume(t, "started", got[len(got)-1].Offset)
+	whole := append(got, rest...)
+	if whole[1].Type != "CUSTOM" {
+		t.Fatalf("the second frame is %s, want run.queued", whole[1].raw)
+	}
+	wholeTurn(t, "the started queued run across its takeover", append(whole[:1:1], whole[2:]...), tokens)
+	log, _ = a.resume(t, "started", "-1")
+	if summary(log[:2]) != "CUSTOM:run.accepted CUSTOM:run.queued" {
+		t.Fatalf("the log starts %s", summary(log[:2]))
+	}
+	wholeTurn(t, "the whole log", append(log[:1:1], log[2:]...), tokens)
+}
