@@ -68,9 +68,10 @@
 //     malformed, foreign, stale or past-the-end offset is refused (ErrInvalidOffset).
 //   - Create writes nothing on another principal's run: it creates a lease or metadata only
 //     where none exists, and takes an existing run's only after reading that it is the
-//     caller's. A lease without metadata (a create whose store died between the two) holds
-//     the run until that store's liveness lapses or a reaper drops it; a Create of the run
-//     waits for that, at most two LeaseTTLs.
+//     caller's. It writes the lease before the metadata, so that an open run always has a
+//     lease for the reapers to find, whenever its store dies. A lease without metadata (a
+//     create whose store died between the two) holds the run until that store's liveness
+//     lapses or a reaper drops it; a Create of the run waits for that, at most two LeaseTTLs.
 //   - Liveness costs one write per store and period, whatever its number of runs: a run's
 //     lease, written once by Create, names its store's liveness key ("live.<hash of the
 //     owner>" in the lease bucket), a timestamp the store renews every LeaseTTL/5 on a NATS

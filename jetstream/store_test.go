@@ -649,6 +649,39 @@ func TestCreateOverDeadCreate(t *testing.T) {
 	writesOneEvent(t, s, w, "alice", "the run sent again")
 }
 
+// TestCreateLeaseFirst: a Create writes a run's metadata only once it holds the run's lease,
+// so that no moment exists at which a store that dies leaves metadata without a lease (a run
+// open for ever, which no reaper finds). A Create that finds the lease held writes no
+// metadata at all, even for a moment.
+func TestCreateLeaseFirst(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.LeaseTTL = 500 * time.Millisecond
+	s := openStore(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	// Another store's create, between its lease and its metadata, alive for the whole test.
+	if _, err := s.live.Put(ctx, liveKey("other"), mustJSON(lease{Owner: "other", Expires: time.Now().Add(time.Hour).UnixMilli()})); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.leases.Create(ctx, runKey("r"), mustJSON(lease{Owner: "other", Expires: math.MaxInt64, Gen: 1, Live: liveKey("other")})); err != nil {
+		t.Fatal(err)
+	}
+	watch, err := s.meta.Watch(ctx, runKey("r"), natsjs.UpdatesOnly())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer watch.Stop()
+	if w, err := s.Create(ctx, "alice", "r", "t"); err == nil {
+		w.Close(ctx)
+		t.Fatal("Create over a live store's lease succeeded")
+	}
+	select {
+	case e := <-watch.Updates():
+		t.Errorf("a Create that never held the lease wrote the run's metadata: %s %q", e.Operation(), e.Value())
+	case <-time.After(500 * time.Millisecond):
+	}
+}
+
 // TestCreateFailedLeavesNoRun: a Create whose open record fails (not fenced: the stream
 // refuses it) answers the error and leaves no lease and no metadata, so the run is unknown
 // to readers instead of open for ever; a later Create of the run starts it.

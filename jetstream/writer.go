@@ -188,10 +188,14 @@ func (s *Store) Create(ctx context.Context, principal, runID, threadID string, o
 // errRunExists is createNew's answer for a run whose key holds a lease or metadata.
 var errRunExists = errors.New("jetstream: run exists")
 
-// createNew starts a new run, the common case, in one round trip: it writes the lease, the
-// metadata (generation 1) and the open record at once, each only where none is (KV creates,
-// and an open record that expects an empty subject). When the run's key holds a lease or
-// metadata already, it takes back the lease and metadata it wrote and answers errRunExists
+// createNew starts a new run, the common case, in two round trips: it writes the lease, then
+// the metadata (generation 1), and the open record beside them, each only where none is (KV
+// creates, and an open record that expects an empty subject). The lease goes first so that
+// a run's metadata never exists without its lease, which the reapers watch: a store that
+// dies between the two leaves a lease without metadata, which a reaper drops and a Create
+// of the run waits out (claimRun), where metadata without a lease would be a run open for
+// ever, which nothing reaps. When the run's key holds a lease or metadata already, it takes
+// back the lease and metadata it wrote and answers errRunExists
 // (it takes them back too when the open record fails unfenced, and answers that failure);
 // an open record it stored stays on the caller's own subject (principal and runId) as a
 // stray, which the run's next open record finds and purges. opened reports the open record
@@ -207,15 +211,13 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 	pctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var wg sync.WaitGroup
-	wg.Add(3)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		if w.leaseRev, leaseErr = s.leases.Create(ctx, key, val); leaseErr != nil {
 			cancel()
+			return
 		}
-	}()
-	go func() {
-		defer wg.Done()
 		if w.metaRev, metaErr = s.meta.Create(ctx, key, mustJSON(info)); metaErr != nil {
 			cancel()
 		}
@@ -225,7 +227,7 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 		_, openErr = w.publish(pctx, w.input, ctlOpen)
 	}()
 	wg.Wait()
-	if leaseErr == nil && metaErr == nil {
+	if leaseErr == nil && w.metaRev != 0 {
 		switch {
 		case openErr == nil:
 			return w, true, false, nil
@@ -239,7 +241,7 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 	if leaseErr == nil {
 		s.leases.Delete(ctx, key, natsjs.LastRevision(w.leaseRev))
 	}
-	if metaErr == nil {
+	if w.metaRev != 0 {
 		s.meta.Delete(ctx, key, natsjs.LastRevision(w.metaRev))
 	}
 	if errors.Is(leaseErr, natsjs.ErrKeyExists) || IsWrongLastSeq(leaseErr) || errors.Is(metaErr, natsjs.ErrKeyExists) || IsWrongLastSeq(metaErr) {
