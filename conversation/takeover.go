@@ -20,6 +20,7 @@ import (
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
+	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 )
 
@@ -70,16 +71,23 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 	}
 	defer close(s.ready)
 	input := in
-	if srv.cfg.Threads != nil && in.ThreadID != "" && !srv.cfg.AgentHistoryClient {
+	if srv.cfg.Threads != nil && in.ThreadID != "" {
 		// The agent is given what the first producer's was: the thread's conversation as of
-		// the run's acceptance, which the thread keeps while the run is unfinished.
+		// the run's acceptance, which the thread keeps while the run is unfinished. A first
+		// producer that died before its acceptance reached the thread left the run out of
+		// it: it is recorded now, so that its reply lands in the thread at its close.
 		ctx, cancel := context.WithTimeout(srv.ctx, takeoverReadTimeout)
 		th, err := srv.cfg.Threads.Thread(ctx, key.principal, in.ThreadID)
+		if errors.Is(err, threadstore.ErrUnknownThread) || err == nil && th.RunState(in.RunID) == "" {
+			th, err = srv.cfg.Threads.AcceptRun(ctx, key.principal, in.ThreadID, in.RunID, in.JSON(), nil, threadstore.Overlap{})
+		}
 		if err != nil {
 			log.Warn("takeover: reading the run's thread", slog.String(keyErr, err.Error()))
 			th = nil // agentInput gives the agent what the run posted, and says so
 		}
-		input = srv.agentInput(ctx, th, in, trace.SpanFromContext(ctx), log)
+		if !srv.cfg.AgentHistoryClient {
+			input = srv.agentInput(ctx, th, in, trace.SpanFromContext(ctx), log)
+		}
 		cancel()
 	}
 	var rl takeoverLog = &replayLog{w: tk.Writer, stored: stored}

@@ -3,6 +3,7 @@ package conversation_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -15,9 +16,11 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/protocol"
+	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // deltaTexts returns the text deltas of frames, in order.
@@ -346,4 +349,36 @@ func TestTakeoverQueued(t *testing.T) {
 		t.Fatalf("the log starts %s", summary(log[:2]))
 	}
 	wholeTurn(t, "the whole log", append(log[:1:1], log[2:]...), tokens)
+}
+
+// neverAccepted is a gateway's Threads whose AcceptRun never lands: the gateway dies, as it
+// were, before its runs reach their threads.
+type neverAccepted struct{ threads }
+
+func (neverAccepted) AcceptRun(context.Context, string, string, string, json.RawMessage, *threadstore.ThreadAhead, threadstore.Overlap) (*threadstore.Thread, error) {
+	return nil, errors.New("NATS is away")
+}
+
+// TestTakeoverRecordsThread: a gateway dies mid-turn before the run's acceptance reached its
+// thread; the takeover records the run in the thread, so that once the run ends, a hydrate
+// shows the user's message and the whole reply.
+func TestTakeoverRecordsThread(t *testing.T) {
+	a := newEnv(t, envOptions{replay: true, leaseTTL: time.Second})
+	b := newEnv(t, envOptions{natsURL: a.store.ClientURL(), replay: true, leaseTTL: time.Second,
+		wrapThreads: func(th conversation.Threads) conversation.Threads { return neverAccepted{th} }})
+	cl := dial(t, b.url(), "")
+	cl.send(threadFrame("T", "lost", script{Tokens: 40, IntervalMs: 20}, "u1", "hello"))
+	cl.untilN(t, 3+10)
+	b.store.Close()
+	a.waitClosed(t, "lost")
+	want := "u1 user: hello | m-lost-1 assistant: " + wantDeltas(40) + " | "
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		h := a.hydrate(t, "/api/chat", "", "threadId", "T")
+		if h.ActiveRun == nil && h.summary() == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the thread of a run taken over = %s\nwant messages %s", h.raw, want)
+		}
+	}
 }
