@@ -686,21 +686,22 @@ func (r *Reader) deleteConsumer(name string) { r.s.deleteConsumer(r.st, name) }
 
 // createConsumer creates a consumer on st. A request that got no answer (its context ended,
 // or the connection failed) may still make the consumer, which nobody would pull from until
-// its inactive threshold: it is deleted (dropUnanswered).
+// its inactive threshold: it is deleted (deleteLater).
 func (s *Store) createConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs.ConsumerConfig) (natsjs.Consumer, error) {
 	cons, err := st.CreateConsumer(ctx, cfg)
 	var apiErr *natsjs.APIError
 	if err != nil && !errors.As(err, &apiErr) {
-		s.dropUnanswered(st, cfg.Name)
+		s.deleteLater(st, cfg.Name)
 	}
 	return cons, err
 }
 
-// dropUnanswered deletes, in the background, the consumer name of st whose creation got no
-// answer. A delete may find none while the creation is still on its way (in a cluster, through
-// the meta leader's log) and made after: deletes are tried, further and further apart, until
-// one deletes it, or the store closes, or for twice unansweredWatch.
-func (s *Store) dropUnanswered(st natsjs.Stream, name string) {
+// deleteLater deletes, in the background, the consumer name of st whose creation got no
+// answer, or whose delete failed (a timeout on a busy cluster). A delete may find none while
+// the creation is still on its way (in a cluster, through the meta leader's log) and made
+// after: deletes are tried, further and further apart, until one deletes it, or the store
+// closes, or for twice unansweredWatch.
+func (s *Store) deleteLater(st natsjs.Stream, name string) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
@@ -715,16 +716,18 @@ func (s *Store) dropUnanswered(st natsjs.Stream, name string) {
 	}()
 }
 
-// unansweredWatch is half of how long dropUnanswered watches for a consumer whose creation
+// unansweredWatch is half of how long deleteLater watches for a consumer whose creation
 // got no answer: well within readerInactiveThreshold, after which the server drops it anyway.
 const unansweredWatch = 3200 * time.Millisecond
 
-// deleteConsumer deletes the consumer name of st, if it is there.
+// deleteConsumer deletes the consumer name of st, if it is there; a delete that fails is
+// tried again in the background (deleteLater).
 func (s *Store) deleteConsumer(st natsjs.Stream, name string) {
 	ctx, cancel := context.WithTimeout(s.ctx, s.cfg.PublishTimeout)
 	defer cancel()
-	if err := st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && ctx.Err() == nil {
-		s.log.Debug("jetstream: deleting a consumer", "consumer", name, keyErr, err)
+	if err := st.DeleteConsumer(ctx, name); err != nil && !errors.Is(err, natsjs.ErrConsumerNotFound) && s.ctx.Err() == nil {
+		s.log.Debug("jetstream: deleting a consumer, trying again", "consumer", name, keyErr, err)
+		s.deleteLater(st, name)
 	}
 }
 
