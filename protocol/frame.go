@@ -145,13 +145,14 @@ const RunQueuedName = "run.queued"
 // the marker of a run that waits behind ahead earlier runs of its thread (THREADS.md section
 // 6). Like the marker, it is never pushed through a Pipeline.
 func RunQueued(ahead int) *Event {
-	return MustEvent(`{"type":"CUSTOM","name":"run.queued","value":{"ahead":` + strconv.Itoa(ahead) + `}}`)
+	return MustEvent(string(runQueuedPrefix) + `"value":{"ahead":` + strconv.Itoa(ahead) + `}}`)
 }
 
 // IsRunQueued reports whether event (compact JSON, as RunQueued makes it) is a run.queued.
-func IsRunQueued(event []byte) bool {
-	return bytes.HasPrefix(event, []byte(`{"type":"CUSTOM","name":"run.queued",`))
-}
+func IsRunQueued(event []byte) bool { return bytes.HasPrefix(event, runQueuedPrefix) }
+
+// runQueuedPrefix is how every event RunQueued makes begins.
+var runQueuedPrefix = []byte(`{"type":"CUSTOM","name":"` + RunQueuedName + `",`)
 
 // ServerFrame is a decoded outbound frame, for clients and tests.
 type ServerFrame struct {

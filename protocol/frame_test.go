@@ -146,3 +146,15 @@ func TestServerFrames(t *testing.T) {
 		t.Errorf("RunAccepted() = %s", got.JSON())
 	}
 }
+
+// TestRunQueued: the run.queued event is a CUSTOM named RunQueuedName with the runs ahead,
+// and IsRunQueued tells it from the marker.
+func TestRunQueued(t *testing.T) {
+	got := RunQueued(3)
+	if got.Type() != Custom || string(got.JSON()) != `{"type":"CUSTOM","name":"run.queued","value":{"ahead":3}}` || got.Str("name") != RunQueuedName {
+		t.Errorf("RunQueued(3) = %s", got.JSON())
+	}
+	if !IsRunQueued(got.JSON()) || IsRunQueued(RunAccepted().JSON()) {
+		t.Errorf("IsRunQueued: run.queued %v, run.accepted %v; want true, false", IsRunQueued(got.JSON()), IsRunQueued(RunAccepted().JSON()))
+	}
+}
