@@ -216,6 +216,9 @@ type Transcript struct {
 	// the call is in the reply of such a run, whose finish had not landed. Finish applies
 	// them once its messages are in.
 	Late []Answers `json:"late,omitempty"`
+	// Cut is what the last Accept took out of the transcript, nil when nothing: the caller
+	// keeps it as a branch. It is not stored with the transcript.
+	Cut *Cut `json:"-"`
 }
 
 // Answers are what a run's input answers: its resume entries and its tool rows.
@@ -313,14 +316,19 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 		return fmt.Errorf("thread: accept %s: %w", runID, err)
 	}
 
-	// Regenerate: the last anchor of the list is stored, and followed by more.
+	// Regenerate: the last anchor of the list is stored, and followed by more; edit: it is a
+	// stored user message whose text the list changes. What followed it (an edit: it and what
+	// followed) leaves the transcript as a branch (Cut).
+	t.Cut = nil
 	for i := len(in.Messages) - 1; i >= 0; i-- {
 		m := in.Messages[i]
 		if m.Role != "user" && m.Role != "system" && m.Role != "assistant" {
 			continue
 		}
-		if at := t.index(m.ID); at >= 0 && at < len(t.Messages)-1 {
-			t.Messages = t.Messages[:at+1]
+		if at := t.index(m.ID); at >= 0 && m.Role == "user" && edited(t.Messages[at], m) {
+			t.cut(at, runID)
+		} else if at >= 0 && at < len(t.Messages)-1 {
+			t.cut(at+1, "")
 		}
 		break
 	}
@@ -388,6 +396,40 @@ func (t *Transcript) Accept(runID string, input json.RawMessage) error {
 	t.dropAnchor(runID) // a resubmit is accepted anew
 	t.Anchors = append(t.Anchors, a)
 	return nil
+}
+
+// Cut is what a regenerate or an edit took out of a transcript (Transcript.Accept): the
+// messages that followed After ("" for the transcript's start), a branch that the thread keeps
+// beside the one the run continues (docs/THREADS.md section 7).
+type Cut struct {
+	After    string
+	Messages []Message
+}
+
+// cut moves t's messages from position at on into t.Cut. An edit (editRun set) keeps the
+// edited message's id for the new text: the copy cut gets "<id>~<editRun>".
+func (t *Transcript) cut(at int, editRun string) {
+	c := &Cut{Messages: slices.Clone(t.Messages[at:])}
+	if at > 0 {
+		c.After = t.Messages[at-1].ID
+	}
+	if editRun != "" {
+		c.Messages[0].ID += "~" + editRun
+	}
+	t.Messages = t.Messages[:at:at]
+	t.Cut = c
+}
+
+// edited reports whether the wire message posted under stored's id changes its text.
+func edited(stored Message, posted wireMessage) bool {
+	text, ok := asString(posted.Content)
+	if !ok {
+		if len(posted.Content) == 0 || posted.Content[0] != '[' {
+			return false
+		}
+		text = joinText(userParts(posted.Content))
+	}
+	return text != joinText(stored.Parts)
 }
 
 // approve applies resume's approval answers (payload.approved) to the calls whose approval

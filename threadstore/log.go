@@ -122,6 +122,9 @@ type sealPlan struct {
 	ids   []string // the ids of the messages it seals, the first of the hot tail
 	moved []string // the runs its record holds, which leave the head
 	next  *Sealed  // the Sealed once applied
+	// forks, when the plan wrote the stashed branches again (refresh), are t's forks naming
+	// them, applied if t's forks are still baseForks.
+	forks, baseForks []Fork
 }
 
 // sealLater seals, in the background, what the finish of a run left settled in t (a copy of
@@ -172,6 +175,15 @@ func (s *Store) planSeal(ctx context.Context, key string, t *Thread, refresh boo
 		if err := s.refresh(ctx, key, &next); err != nil {
 			return nil, err
 		}
+	}
+	// The stashed branches are written again with the records, and when a first seal (of a
+	// thread unsealed whole by an edit of its start) sets Oldest anew.
+	if refresh || t.Sealed == nil && len(t.Forks) > 0 {
+		forks, err := s.refreshForks(ctx, key, t.Forks)
+		if err != nil {
+			return nil, err
+		}
+		plan.forks, plan.baseForks = forks, t.Forks
 	}
 	msgs := t.Transcript.Messages
 	if len(msgs) == 0 {
@@ -224,7 +236,7 @@ func (s *Store) planSeal(ctx context.Context, key string, t *Thread, refresh boo
 // base and its hot tail still starts with the plan's messages, settled; it reports whether it
 // changed t.
 func (p *sealPlan) apply(t *Thread) bool {
-	if !sameSealed(t.Sealed, p.base) || sealable(t) < len(p.ids) {
+	if !sameSealed(t.Sealed, p.base) || sealable(t) < len(p.ids) || p.forks != nil && !sameForks(t.Forks, p.baseForks) {
 		return false
 	}
 	for i, id := range p.ids {
@@ -234,6 +246,9 @@ func (p *sealPlan) apply(t *Thread) bool {
 	}
 	t.Transcript.Messages = t.Transcript.Messages[len(p.ids):]
 	t.Sealed = p.next
+	if p.forks != nil {
+		t.Forks = p.forks
+	}
 	t.Runs = slices.DeleteFunc(t.Runs, func(r ThreadRun) bool { return slices.Contains(p.moved, r.RunID) })
 	return true
 }

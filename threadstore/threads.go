@@ -146,6 +146,8 @@ type Thread struct {
 	// Transcript is the transcript but for its sealed messages: all of it while Sealed is nil.
 	Transcript thread.Transcript `json:"transcript"`
 	Sealed     *Sealed           `json:"sealed,omitempty"`
+	// Forks are where regenerates and edits branched the thread (branch.go).
+	Forks []Fork `json:"forks,omitempty"`
 }
 
 // ThreadHead is a Thread without its transcript.
@@ -529,7 +531,7 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 	err := s.updateThread(ctx, principal, threadID, ahead, func(t *Thread, exists bool) (bool, error) {
 		created = !exists
 		defer func() { // the next update of the thread starts from t, and changes it
-			written = &Thread{ThreadHead: t.ThreadHead, Transcript: t.Transcript.Clone(), Sealed: t.Sealed}
+			written = &Thread{ThreadHead: t.ThreadHead, Transcript: t.Transcript.Clone(), Sealed: t.Sealed, Forks: cloneForks(t.Forks)}
 			written.Runs = slices.Clone(t.Runs)
 			written.Principal, written.ThreadID = principal, threadID
 		}()
@@ -578,6 +580,10 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 		if err := t.Transcript.Accept(runID, input); err != nil {
 			return false, err
 		}
+		if err := s.keepCut(ctx, key, t); err != nil {
+			return false, err
+		}
+		t.settleForks()
 		if r := t.run(runID); r != nil {
 			*r = ThreadRun{RunID: runID, State: ThreadRunRunning, Started: now}
 		} else {
@@ -625,11 +631,12 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 		if err := t.Transcript.Finish(runID, events); err != nil {
 			return false, err
 		}
+		t.settleForks()
 		r.State, r.Code = endState(events)
 		r.Ended = time.Now().UTC()
 		t.Updated = r.Ended
 		// What the finish settled, as written: the next updates change t.
-		settled = &Thread{ThreadHead: t.ThreadHead, Sealed: t.Sealed}
+		settled = &Thread{ThreadHead: t.ThreadHead, Sealed: t.Sealed, Forks: cloneForks(t.Forks)}
 		settled.Runs = slices.Clone(t.Runs)
 		settled.Transcript.Messages = thread.Transcript{Messages: t.Transcript.Messages[:sealable(t)]}.Clone().Messages
 		if s.sealNow(ctx, threadKey(principal, threadID), t, settled) {

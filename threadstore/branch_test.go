@@ -1,0 +1,183 @@
+package threadstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"slices"
+	"testing"
+
+	"github.com/wsgateway/wsgateway/protocol"
+)
+
+// hydrated is a hydrate's page as a client reads it: ids in order, each message's text and
+// metadata.branch.
+type hydrated struct {
+	ids      []string
+	text     map[string]string
+	branches map[string]Branch
+}
+
+func hydrate(t *testing.T, s *Store, threadID string, limit int) hydrated {
+	t.Helper()
+	ctx := context.Background()
+	th, err := s.Thread(ctx, "alice", threadID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := s.Hydrate(ctx, th, "", nil, limit, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []struct {
+		ID    string `json:"id"`
+		Parts []struct {
+			Type    string `json:"type"`
+			Content string `json:"content"`
+		} `json:"parts"`
+		Metadata struct {
+			Branch *Branch `json:"branch"`
+		} `json:"metadata"`
+	}
+	if err := json.Unmarshal(p.Messages, &msgs); err != nil {
+		t.Fatal(err)
+	}
+	h := hydrated{text: map[string]string{}, branches: map[string]Branch{}}
+	for _, m := range msgs {
+		h.ids = append(h.ids, m.ID)
+		for _, part := range m.Parts {
+			if part.Type == "text" {
+				h.text[m.ID] += part.Content
+			}
+		}
+		if m.Metadata.Branch != nil {
+			h.branches[m.ID] = *m.Metadata.Branch
+		}
+	}
+	return h
+}
+
+// runTurn accepts runID with input and finishes it with a reply "re: <reply>".
+func runTurn(t *testing.T, s *Store, threadID, runID, input, reply string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.AcceptRun(ctx, "alice", threadID, runID, json.RawMessage(input), nil, Overlap{}); err != nil {
+		t.Fatalf("accept %s: %v", runID, err)
+	}
+	if err := s.FinishRun(ctx, "alice", threadID, runID, turnEvents(threadID, runID, reply)); err != nil {
+		t.Fatalf("finish %s: %v", runID, err)
+	}
+	waitSealed(t, s)
+}
+
+// TestBranches: a regenerate keeps the reply it replaces as a sibling branch; two give three
+// siblings, with metadata.branch on the one shown; switching shows the chosen one, to its
+// leaf, and the agent's context follows; an edit keeps the edited message and what followed
+// as a branch; an unknown message is refused; a run active on the thread holds switches.
+func TestBranches(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	u1 := `{"id":"u1","role":"user","content":"question 1"}`
+	runTurn(t, s, "T", "r1", `{"messages":[`+u1+`]}`, "one")
+	// Regenerate twice: each posts the list up to u1 again.
+	runTurn(t, s, "T", "r2", `{"messages":[`+u1+`]}`, "one again")
+	runTurn(t, s, "T", "r3", `{"messages":[`+u1+`]}`, "one once more")
+	h := hydrate(t, s, "T", 0)
+	if !slices.Equal(h.ids, []string{"u1", "a-r3"}) || h.branches["a-r3"] != (Branch{3, 3}) || len(h.branches) != 1 {
+		t.Fatalf("after two regenerates: %v, branches %v; want [u1 a-r3], a-r3 3 of 3", h.ids, h.branches)
+	}
+	// The third branch goes on with a second turn.
+	runTurn(t, s, "T", "r4", `{"messages":[{"id":"u2","role":"user","content":"question 2"}]}`, "two")
+
+	// Switch to the first reply.
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "a-r1"); err != nil {
+		t.Fatal(err)
+	}
+	h = hydrate(t, s, "T", 0)
+	if !slices.Equal(h.ids, []string{"u1", "a-r1"}) || h.branches["a-r1"] != (Branch{1, 3}) || h.text["a-r1"] != "re: one" {
+		t.Fatalf("after switching to a-r1: %v, branches %v, text %q; want [u1 a-r1], a-r1 1 of 3", h.ids, h.branches, h.text["a-r1"])
+	}
+	th, _ := s.Thread(ctx, "alice", "T")
+	msgs, _, err := s.AgentMessages(ctx, th, "next", nil, nil, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := agentIDs(msgs); !slices.Equal(got, []string{"u1", "a-r1"}) {
+		t.Fatalf("the agent's context after the switch: %v, want [u1 a-r1]", got)
+	}
+	// Switching by a message deep in a branch shows that branch to its leaf.
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "u2"); err != nil {
+		t.Fatal(err)
+	}
+	h = hydrate(t, s, "T", 0)
+	if !slices.Equal(h.ids, []string{"u1", "a-r3", "u2", "a-r4"}) || h.branches["a-r3"] != (Branch{3, 3}) {
+		t.Fatalf("after switching to u2: %v, branches %v; want [u1 a-r3 u2 a-r4], a-r3 3 of 3", h.ids, h.branches)
+	}
+
+	// An edit of u2: u2 keeps its id with the new text; the old u2 and its reply are a branch.
+	runTurn(t, s, "T", "r5", `{"messages":[`+u1+`,{"id":"a-r3","role":"assistant","content":"re: one once more"},{"id":"u2","role":"user","content":"question 2, edited"}]}`, "two edited")
+	h = hydrate(t, s, "T", 0)
+	if !slices.Equal(h.ids, []string{"u1", "a-r3", "u2", "a-r5"}) || h.text["u2"] != "question 2, edited" || h.branches["u2"] != (Branch{2, 2}) {
+		t.Fatalf("after an edit of u2: %v, u2 %q, branches %v; want [u1 a-r3 u2 a-r5], the new text, u2 2 of 2", h.ids, h.text["u2"], h.branches)
+	}
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "u2~r5"); err != nil {
+		t.Fatal(err)
+	}
+	h = hydrate(t, s, "T", 0)
+	if !slices.Equal(h.ids, []string{"u1", "a-r3", "u2~r5", "a-r4"}) || h.text["u2~r5"] != "question 2" || h.branches["u2~r5"] != (Branch{1, 2}) {
+		t.Fatalf("after switching to the text before the edit: %v, branches %v; want [u1 a-r3 u2~r5 a-r4], 1 of 2", h.ids, h.branches)
+	}
+
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "nope"); !errors.Is(err, ErrUnknownMessage) {
+		t.Fatalf("switching to an unknown message: %v, want ErrUnknownMessage", err)
+	}
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r6", turnInput("T", "r6", "u3", "question 3"), nil, Overlap{}); err != nil {
+		t.Fatal(err)
+	}
+	var busy *BusyError
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "a-r1"); !errors.As(err, &busy) || busy.ActiveRun != "r6" {
+		t.Fatalf("switching while r6 runs: %v, want thread busy with r6", err)
+	}
+}
+
+// TestBranchesSealed: in a long thread, a regenerate from a sealed message keeps what
+// followed (sealed too) as a branch, and switching back restores it whole, in order.
+func TestBranchesSealed(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	want := longThread(t, s, "T", 0, 30, func(k int, ids []string) []string { return ids[len(ids)-1:] })
+	th, _ := s.Thread(ctx, "alice", "T")
+	if th.Sealed == nil || th.Sealed.Count < 22 {
+		t.Fatalf("sealed %+v, want ur10 sealed", th.Sealed)
+	}
+	input := `{"messages":[{"id":"ur9","role":"user","content":"question 9"},{"id":"a-r9","role":"assistant","content":"re: question 9"},{"id":"ur10","role":"user","content":"question 10"}]}`
+	runTurn(t, s, "T", "regen", input, "question 10")
+	if got := pageAll(t, s, "T", 7); !slices.Equal(got, append(slices.Clone(want[:21]), "a-regen")) {
+		t.Fatalf("after a regenerate from ur10: %v", got)
+	}
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "a-r25"); err != nil {
+		t.Fatal(err)
+	}
+	waitSealed(t, s)
+	if got := pageAll(t, s, "T", 7); !slices.Equal(got, want) {
+		t.Fatalf("after switching back: %d messages %v, want the %d of the thread before", len(got), got, len(want))
+	}
+	h := hydrate(t, s, "T", 0)
+	if h.branches["a-r10"] != (Branch{1, 2}) || len(h.branches) != 1 {
+		t.Fatalf("branches %v, want a-r10 1 of 2", h.branches)
+	}
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "a-regen"); err != nil {
+		t.Fatal(err)
+	}
+	if got := pageAll(t, s, "T", 0); !slices.Equal(got, append(slices.Clone(want[:21]), "a-regen")) {
+		t.Fatalf("after switching to the regenerate again: %v", got)
+	}
+}
+
+func agentIDs(msgs []protocol.Message) []string {
+	var out []string
+	for _, m := range msgs {
+		out = append(out, m.ID)
+	}
+	return out
+}
