@@ -178,10 +178,11 @@ func (o *ownSink) lastOffset() string {
 // follow is one socket's follow of one thread: it delivers each run of the thread, from
 // its log's start to its close, once.
 type follow struct {
-	c      *conn
-	key    string
-	ctx    context.Context // cancelled by unfollow and when the socket closes
-	cancel context.CancelFunc
+	c        *conn
+	key      string
+	threadID string
+	ctx      context.Context // cancelled by unfollow and when the socket closes
+	cancel   context.CancelFunc
 
 	// Guarded by the socket's follows.mu.
 	active   map[string]struct{} // runs being delivered
@@ -225,7 +226,7 @@ func (c *conn) follow(threadID string) {
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	f := &follow{c: c, key: key, ctx: ctx, cancel: cancel, active: map[string]struct{}{}, querying: true}
+	f := &follow{c: c, key: key, threadID: threadID, ctx: ctx, cancel: cancel, active: map[string]struct{}{}, querying: true}
 	if fs.byThread == nil {
 		fs.byThread = make(map[string]*follow)
 	}
@@ -309,9 +310,16 @@ func (c *conn) unfollowAll() {
 }
 
 // offer delivers run unless the socket started it, or delivers or delivered it already
-// (an announcement and a query's answers may all name it).
+// (an announcement and a query's answers may all name it). A switch of the thread's active
+// branch is sent as a thread.branch frame.
 func (f *follow) offer(run jetstream.Announcement) {
 	c := f.c
+	if run.Branch != "" {
+		if f.ctx.Err() == nil {
+			c.Deliver("", protocol.ThreadBranch(f.threadID, run.Branch), time.Time{})
+		}
+		return
+	}
 	if run.Origin != "" && run.Origin == c.origin() {
 		return
 	}

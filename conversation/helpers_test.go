@@ -311,6 +311,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	mux.Handle("POST /api/runs/{runId}/abort", srv.AbortHandler())
 	mux.Handle("/agui", srv.HTTPHandler(conversation.AGUI))
 	mux.Handle("POST /api/threads/{threadId}/runs", srv.ThreadRunsHandler("/api/chat"))
+	mux.Handle("POST /api/threads/{threadId}/branch", srv.BranchHandler())
 	mux.Handle("GET /api/threads", srv.ThreadsHandler())
 	mux.Handle("DELETE /api/threads/{threadId}", srv.ThreadsHandler())
 	mux.Handle("GET /api/usage", srv.UsageHandler())

@@ -38,6 +38,9 @@ type Threads interface {
 	Thread(ctx context.Context, principal, threadID string) (*threadstore.Thread, error)
 	Threads(ctx context.Context, principal string) ([]threadstore.ThreadSummary, error)
 	DeleteThread(ctx context.Context, principal, threadID string) error
+	// SwitchBranch makes the branch holding a message the thread's active one (THREADS.md
+	// section 7).
+	SwitchBranch(ctx context.Context, principal, threadID, messageID string) (*threadstore.Thread, error)
 	// Hydrate answers a page of a thread's messages with its active run's events so far,
 	// reading the records it reaches; AgentMessages returns what a run's agent is given of
 	// its thread (THREADS.md section 5), merged with what the run posted.
@@ -358,15 +361,24 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 		writeJSONError(w, http.StatusServiceUnavailable, MsgMemoryBudget)
 		return
 	}
-	ans := hydrateAnswer{Messages: json.RawMessage("[]"), Interrupts: json.RawMessage("null")}
 	ctx, cancel := context.WithTimeout(r.Context(), threadTimeout)
 	defer cancel()
-	if t := srv.thread(ctx, principal, threadID); t != nil {
+	ans, release := srv.hydrateAnswer(ctx, principal, threadID, srv.thread(ctx, principal, threadID), pageLimit(r), r.URL.Query().Get("before"))
+	defer release()
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// hydrateAnswer returns the page of t (nil: none, an empty thread) that limit and before
+// name, with its active run's events so far, and what releases the memory they hold.
+func (srv *Server) hydrateAnswer(ctx context.Context, principal, threadID string, t *threadstore.Thread, limit int, before string) (hydrateAnswer, func()) {
+	ans := hydrateAnswer{Messages: json.RawMessage("[]"), Interrupts: json.RawMessage("null")}
+	release := func() {}
+	if t != nil {
 		var activeRun string
 		var active []json.RawMessage
 		if runID := t.ActiveRun(); runID != "" {
 			entries, closed, err := srv.cfg.Store.Snapshot(ctx, principal, runID)
-			defer srv.charge(entries)()
+			release = srv.charge(entries)
 			switch {
 			case err == nil && closed:
 				// The run ended and its gateway did not finish its thread (it stopped
@@ -384,8 +396,6 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 				srv.log.Warn("hydrate: reading the active run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 			}
 		}
-		before := r.URL.Query().Get("before")
-		limit := pageLimit(r)
 		page, err := srv.cfg.Threads.Hydrate(ctx, t, activeRun, active, limit, before)
 		if err != nil {
 			// The client shows a failed hydrate as an empty chat: the page answers what is
@@ -400,7 +410,7 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 			}
 		}
 	}
-	writeJSON(w, http.StatusOK, ans)
+	return ans, release
 }
 
 // thread returns the principal's thread, nil when it has none (or threads are off, or the

@@ -279,3 +279,43 @@ func TestThreadsOtherPrincipalAndUnknownThread(t *testing.T) {
 		})
 	}
 }
+
+// TestThreadsRegenerateKeepsBranches (THREADS.md section 7): the real ChatClient's own
+// regenerate (reload()) twice gives three sibling replies; a reload hydrates without error,
+// shows what the live client shows (the newest reply), and marks that reply 3 of 3 in its
+// metadata.branch, naming its siblings.
+func TestThreadsRegenerateKeepsBranches(t *testing.T) {
+	gw := startGateway(t)
+	var res reloadResult
+	runNode(t, threadsScript, nil, &res, "regenerate", "ws", options(t, map[string]any{
+		"base": gw.URL, "threadId": "thread-regenerate", "regenerates": 2,
+		"turns": []threadTurn{{Text: "hello there", ForwardedProps: demoProps(map[string]any{"intervalMs": 0})}},
+	}))
+	if len(res.Hydrated) != 2 {
+		t.Fatalf("the reload shows %d messages, want 2: %s", len(res.Hydrated), join(res.Hydrated))
+	}
+	var reply struct {
+		ID       string `json:"id"`
+		Metadata struct {
+			Branch struct {
+				Index, Count int
+				Siblings     []string
+			} `json:"branch"`
+		} `json:"metadata"`
+	}
+	json.Unmarshal(res.Hydrated[1], &reply)
+	if b := reply.Metadata.Branch; b.Index != 3 || b.Count != 3 || len(b.Siblings) != 3 || b.Siblings[2] != reply.ID {
+		t.Errorf("the reply's metadata.branch is %+v, want 3 of 3 naming it last: %s", b, res.Hydrated[1])
+	}
+	// Without the branch, the reload shows what the live client shows.
+	var m map[string]any
+	json.Unmarshal(res.Hydrated[1], &m)
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "branch")
+		if len(md) == 0 {
+			delete(m, "metadata")
+		}
+	}
+	res.Hydrated[1], _ = json.Marshal(m)
+	sameMessages(t, res)
+}

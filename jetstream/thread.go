@@ -12,10 +12,12 @@ import (
 // Announcement is a run of a thread as announcements and thread queries carry it between the
 // stores sharing the stream: its runId, and Origin, an opaque name the announcing process
 // gave the client that started it ("" for none), so that a process can tell a client its own
-// runs.
+// runs. An announcement of a switch of the thread's active branch names the message switched
+// to in Branch, and no run.
 type Announcement struct {
-	RunID  string `json:"runId"`
+	RunID  string `json:"runId,omitempty"`
 	Origin string `json:"origin,omitempty"`
+	Branch string `json:"branch,omitempty"`
 }
 
 // hdrThread names the thread of a thread query (its ThreadKey).
@@ -55,7 +57,7 @@ func (s *Store) Announce(key string, run Announcement) error {
 func (s *Store) SubscribeThread(key string, f func(Announcement)) (unsubscribe func(), err error) {
 	sub, err := s.nc.Subscribe(s.threadSubject(key), func(m *nats.Msg) {
 		var run Announcement
-		if json.Unmarshal(m.Data, &run) == nil && run.RunID != "" {
+		if json.Unmarshal(m.Data, &run) == nil && (run.RunID != "" || run.Branch != "") {
 			f(run)
 		}
 	})

@@ -154,6 +154,27 @@ func IsRunQueued(event []byte) bool { return bytes.HasPrefix(event, runQueuedPre
 // runQueuedPrefix is how every event RunQueued makes begins.
 var runQueuedPrefix = []byte(`{"type":"CUSTOM","name":"` + RunQueuedName + `",`)
 
+// ThreadBranchName is the CUSTOM event name of the frame a thread's followers get when its
+// active branch switches (THREADS.md section 7).
+const ThreadBranchName = "thread.branch"
+
+// ThreadBranch returns {"type":"CUSTOM","name":"thread.branch","value":{"messageId":M,
+// "threadId":T}}: the thread's active branch is now the one holding messageID.
+func ThreadBranch(threadID, messageID string) []byte {
+	b, _ := json.Marshal(struct {
+		Type  string `json:"type"`
+		Name  string `json:"name"`
+		Value struct {
+			MessageID string `json:"messageId"`
+			ThreadID  string `json:"threadId"`
+		} `json:"value"`
+	}{Type: "CUSTOM", Name: ThreadBranchName, Value: struct {
+		MessageID string `json:"messageId"`
+		ThreadID  string `json:"threadId"`
+	}{messageID, threadID}})
+	return b
+}
+
 // ServerFrame is a decoded outbound frame, for clients and tests.
 type ServerFrame struct {
 	Kind   FrameKind // FrameEnvelope, FrameEvent or FramePing

@@ -256,6 +256,18 @@ func (t *Transcript) anchor(runID string) *Anchor {
 // Anchored reports whether runID is a run the transcript holds as accepted and not finished.
 func (t *Transcript) Anchored(runID string) bool { return t.anchor(runID) != nil }
 
+// AnchoredAfter returns the runs the transcript holds as accepted and not finished whose
+// replies go right after the message id.
+func (t *Transcript) AnchoredAfter(id string) []string {
+	var runs []string
+	for _, a := range t.Anchors {
+		if a.After == id {
+			runs = append(runs, a.Run)
+		}
+	}
+	return runs
+}
+
 // MarshalJSON writes Messages as [] when empty. Like Message's, it writes the messages'
 // encodings itself (see appendJSON).
 func (t Transcript) MarshalJSON() ([]byte, error) {

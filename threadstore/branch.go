@@ -100,10 +100,12 @@ func (t *Thread) settleForks() {
 }
 
 // Branch is where a message stands among its siblings: Index of Count, 1-based, in order of
-// creation (the message's metadata.branch in a hydrate).
+// creation, and Siblings, the ids of each one's first message in that order, for a switch
+// (the message's metadata.branch in a hydrate).
 type Branch struct {
-	Index int `json:"index"`
-	Count int `json:"count"`
+	Index    int      `json:"index"`
+	Count    int      `json:"count"`
+	Siblings []string `json:"siblings"`
 }
 
 // branches returns, by message id, the branch of every active child of t's forks.
@@ -115,7 +117,11 @@ func (t *Thread) branches() map[string]Branch {
 				if out == nil {
 					out = map[string]Branch{}
 				}
-				out[c.First] = Branch{Index: i + 1, Count: len(f.Children)}
+				b := Branch{Index: i + 1, Count: len(f.Children)}
+				for _, c := range f.Children {
+					b.Siblings = append(b.Siblings, c.First)
+				}
+				out[c.First] = b
 			}
 		}
 	}

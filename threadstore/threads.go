@@ -573,6 +573,9 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 			}
 			t.Created = now
 		}
+		if err := s.finishAnswered(ctx, key, t, runID, input); err != nil {
+			return false, err
+		}
 		input, err := s.knownInput(ctx, key, t, input)
 		if err != nil {
 			return false, err
@@ -622,19 +625,9 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 			t.Updated = r.Ended
 			return true, nil
 		}
-		if t.Sealed != nil && slices.ContainsFunc(events, isSnapshot) {
-			// A MESSAGES_SNAPSHOT replaces the whole list: the run's finish needs it whole.
-			if err := s.unseal(ctx, threadKey(principal, threadID), t, 0); err != nil {
-				return false, err
-			}
-		}
-		if err := t.Transcript.Finish(runID, events); err != nil {
+		if err := s.finishIn(ctx, threadKey(principal, threadID), t, r, events); err != nil {
 			return false, err
 		}
-		t.settleForks()
-		r.State, r.Code = endState(events)
-		r.Ended = time.Now().UTC()
-		t.Updated = r.Ended
 		// What the finish settled, as written: the next updates change t.
 		settled = &Thread{ThreadHead: t.ThreadHead, Sealed: t.Sealed, Forks: cloneForks(t.Forks)}
 		settled.Runs = slices.Clone(t.Runs)
@@ -669,6 +662,57 @@ func (s *Store) sealNow(ctx context.Context, key string, t, settled *Thread) boo
 		return false
 	}
 	return plan.apply(t)
+}
+
+// finishAnswered applies, before runID's acceptance, the finish of every earlier run whose
+// reply goes right after the message runID's input ends with (a regenerate of that reply)
+// and whose log has ended, when that finish has not reached t yet (its gateway writes it
+// now): the regenerate then finds the reply, and keeps it as a branch. A log that cannot be
+// read leaves the run to its own finish.
+func (s *Store) finishAnswered(ctx context.Context, key string, t *Thread, runID string, input json.RawMessage) error {
+	posted := postedMessages(input)
+	last := ""
+	for _, m := range slices.Backward(posted) {
+		if m.Role == "user" || m.Role == "system" || m.Role == "assistant" {
+			last = m.ID
+			break
+		}
+	}
+	if last == "" {
+		return nil
+	}
+	for _, id := range t.Transcript.AnchoredAfter(last) {
+		r := t.run(id)
+		if id == runID || r == nil || r.State != ThreadRunRunning {
+			continue
+		}
+		entries, closed, err := s.runs.Snapshot(ctx, t.Principal, id)
+		if err != nil || !closed {
+			continue
+		}
+		if err := s.finishIn(ctx, key, t, r, Events(entries)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// finishIn applies the ended run r's events to t and records how it ended.
+func (s *Store) finishIn(ctx context.Context, key string, t *Thread, r *ThreadRun, events []json.RawMessage) error {
+	if t.Sealed != nil && slices.ContainsFunc(events, isSnapshot) {
+		// A MESSAGES_SNAPSHOT replaces the whole list: the run's finish needs it whole.
+		if err := s.unseal(ctx, key, t, 0); err != nil {
+			return err
+		}
+	}
+	if err := t.Transcript.Finish(r.RunID, events); err != nil {
+		return err
+	}
+	t.settleForks()
+	r.State, r.Code = endState(events)
+	r.Ended = time.Now().UTC()
+	t.Updated = r.Ended
+	return nil
 }
 
 // isSnapshot reports whether event is a MESSAGES_SNAPSHOT.

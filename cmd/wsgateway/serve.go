@@ -348,6 +348,7 @@ func (g *gateway) routes(ctx context.Context, principal func(*http.Request) (str
 		joinPath = "/ws"
 	}
 	mux.Handle("POST /api/threads/{threadId}/runs", conv.ThreadRunsHandler(joinPath))
+	mux.Handle("POST /api/threads/{threadId}/branch", conv.BranchHandler())
 	mux.Handle("GET /api/threads", conv.ThreadsHandler())
 	mux.Handle("GET /api/usage", conv.UsageHandler())
 	mux.Handle("DELETE /api/threads/{threadId}", conv.ThreadsHandler())

@@ -234,6 +234,23 @@ const scenarios = {
     finish({ hydrated: plain(client.getMessages()) })
   },
 
+  // turns, then the live client's own regenerate (reload()) options.regenerates times, then a
+  // reload: {live, hydrated}
+  async regenerate() {
+    const client = liveClient(options.base)
+    await settle(client)
+    for (const turn of options.turns) await send(client, turn)
+    for (let i = 0; i < options.regenerates; i++) {
+      await client.reload()
+      await settle(client)
+    }
+    const liveMessages = plain(client.getMessages())
+    client.dispose()
+    const fresh = reloaded()
+    await settle(fresh)
+    finish({ live: liveMessages, hydrated: plain(fresh.getMessages()) })
+  },
+
   async older() {
     const liveMessages = await live()
     const client = reloaded()

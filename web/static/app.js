@@ -163,6 +163,9 @@ function refreshComposer() {
 	stopButton.hidden = !running;
 	sendButton.disabled = prompt.value.trim() === "";
 	document.body.dataset.busy = String(running);
+	// Regenerate: on the last reply, once no turn runs, for a turn whose message this page has.
+	const last = thread.views.at(-1);
+	for (const view of thread.views) view.regenerateButton.hidden = running || view !== last || !view.user || view.answer !== undefined;
 }
 
 const stickToBottom = () => {
@@ -227,6 +230,8 @@ const conversation = new Conversation({
 		saveThread();
 		refreshComposer();
 		refreshThreads();
+		// A regenerated reply is one of several: shown as the server keeps it, with ‹ i / n ›.
+		if (view.regenerated && !runningView()) showThread(thread.threadId);
 	},
 	onFail(runId, message, code) {
 		const view = views.get(runId);
@@ -255,6 +260,10 @@ const conversation = new Conversation({
 		refreshComposer();
 		followReply();
 		return true;
+	},
+	onBranch({ threadId }) {
+		// Another device chose another branch of this thread: shown as the server keeps it.
+		if (threadId === thread.threadId && !runningView()) showThread(threadId);
 	},
 	onState(state) {
 		connection.dataset.state = state;
@@ -315,6 +324,43 @@ function answerApproval(view, approved) {
 	refreshComposer();
 	scrollToEnd();
 }
+
+/**
+ * regenerate answers the last turn's message again: a new run posting the thread up to that
+ * message, which the server answers anew and keeps the reply it replaces as a sibling
+ * (docs/THREADS.md section 7).
+ */
+function regenerate(view) {
+	const user = view.user;
+	const messages = [...thread.views.slice(0, -1).flatMap((v) => v.messages()), { id: user.id, role: "user", content: user.content }];
+	view.root.remove();
+	thread.views.pop();
+	views.delete(view.runId);
+	const runId = randomId("run");
+	const next = new TurnView({ runId, user });
+	next.regenerated = true;
+	addView(next);
+	saveThread();
+	conversation.start({ threadId: thread.threadId, runId, messages, tools: [], context: [], forwardedProps: { demo: demoOptions() } });
+	refreshComposer();
+	scrollToEnd();
+}
+
+log.addEventListener("regenerate", (event) => {
+	if (!runningView()) regenerate(event.detail.view);
+});
+
+// ‹ i / n ›: the branch chosen becomes the thread's for every device, and is shown.
+log.addEventListener("branch", async (event) => {
+	if (runningView()) return;
+	const threadId = thread.threadId;
+	const response = await fetch(`api/threads/${encodeURIComponent(threadId)}/branch`, {
+		method: "POST",
+		headers: { "Content-Type": "application/json", Accept: "application/json" },
+		body: JSON.stringify({ messageId: event.detail.messageId }),
+	}).catch(() => undefined);
+	if (response?.ok && thread.threadId === threadId) showThread(threadId);
+});
 
 log.addEventListener("approval", (event) => {
 	const { view, approved } = event.detail;

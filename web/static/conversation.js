@@ -78,6 +78,7 @@ export class Conversation {
 		this.onDrop = options.onDrop ?? (() => {});
 		this.onResume = options.onResume ?? (() => {});
 		this.onFollow = options.onFollow ?? (() => false);
+		this.onBranch = options.onBranch ?? (() => {});
 		/** The thread followed on every conversation socket. */
 		this.threadId = undefined;
 		this.abortUrl = (runId) => new URL(`api/runs/${encodeURIComponent(runId)}/abort`, document.baseURI);
@@ -273,6 +274,11 @@ export class Conversation {
 	receiveLive(text) {
 		const frame = parseFrame(text);
 		if (frame.kind === "ping" || frame.kind === "invalid") return;
+		if (frame.kind === "bare" && frame.event.type === "CUSTOM" && frame.event.name === "thread.branch") {
+			// A followed thread's active branch switched (docs/THREADS.md section 7).
+			this.onBranch(frame.event.value ?? {});
+			return;
+		}
 		if (frame.kind === "bare") {
 			// Only a RUN_ERROR that could not be stored: it belongs to the frame just sent.
 			const turn = this.live;

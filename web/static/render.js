@@ -99,6 +99,11 @@ export class TurnView {
 		this.statusLine = el("p", { class: "turn-status", "data-role": "status" });
 		this.noteLine = el("p", { class: "turn-note", "data-role": "note", hidden: true });
 		this.typing = el("span", { class: "typing", "aria-hidden": "true" }, el("span"), el("span"), el("span"));
+		/** Where the reply stands among its siblings ({index, count, siblings}; docs/THREADS.md section 7). */
+		this.branch = undefined;
+		this.branchNav = el("div", { class: "branch-nav", "data-role": "branch", hidden: true });
+		this.regenerateButton = el("button", { type: "button", class: "ghost", "data-role": "regenerate", hidden: true, text: "Regenerate" });
+		this.regenerateButton.addEventListener("click", () => this.root.dispatchEvent(new CustomEvent("regenerate", { bubbles: true, detail: { view: this } })));
 		this.reply = el(
 			"div",
 			{ class: "msg assistant", "data-role": "reply", "aria-busy": "true" },
@@ -107,6 +112,7 @@ export class TurnView {
 			this.typing,
 			this.noteLine,
 			this.statusLine,
+			el("div", { class: "turn-actions" }, this.branchNav, this.regenerateButton),
 		);
 		this.root = el(
 			"article",
@@ -128,6 +134,7 @@ export class TurnView {
 		for (const note of record.notes ?? []) view.note(note);
 		view.finish(record.status ?? Status.done, record.error);
 		if (record.approval) view.ask(record.approval);
+		if (record.branch) view.showBranch(record.branch);
 		return view;
 	}
 
@@ -141,7 +148,30 @@ export class TurnView {
 			error: this.error,
 			notes: this.notes,
 			approval: this.approval,
+			branch: this.branch,
 		};
+	}
+
+	/**
+	 * showBranch shows ‹ i / n › for a reply with siblings ({index, count, siblings}: 1-based,
+	 * siblings the ids of each one's first message); pressing ‹ or › dispatches a "branch" event
+	 * ({detail: {messageId}}, bubbling) naming the sibling to show.
+	 */
+	showBranch(branch) {
+		this.branch = branch;
+		const nav = this.branchNav;
+		nav.replaceChildren();
+		nav.hidden = !(branch?.count > 1);
+		if (nav.hidden) return;
+		const go = (i) => () => {
+			const messageId = branch.siblings?.[i - 1];
+			if (messageId) this.root.dispatchEvent(new CustomEvent("branch", { bubbles: true, detail: { messageId } }));
+		};
+		const prev = el("button", { type: "button", class: "ghost", "data-role": "branch-prev", "aria-label": "Previous reply", text: "‹", disabled: branch.index <= 1 });
+		const next = el("button", { type: "button", class: "ghost", "data-role": "branch-next", "aria-label": "Next reply", text: "›", disabled: branch.index >= branch.count });
+		prev.addEventListener("click", go(branch.index - 1));
+		next.addEventListener("click", go(branch.index + 1));
+		nav.append(prev, el("span", { "data-role": "branch-position", text: `${branch.index} / ${branch.count}` }), next);
 	}
 
 	get running() {

@@ -79,8 +79,13 @@ function turnsOf(messages) {
 			const user = message.role === "user" ? { id: message.id, content: textOf(message) } : { id: message.id, content: "" };
 			turn = { runId: message.id, user, blocks: [], status: Status.done };
 			turns.push(turn);
-			if (message.role === "user") continue;
+			if (message.role === "user") {
+				if (message.metadata?.branch) turn.branch = message.metadata.branch;
+				continue;
+			}
 		}
+		// The reply's first message carries its place among the replies regenerated.
+		if (message.metadata?.branch && turn.blocks.length === 0) turn.branch = message.metadata.branch;
 		message.parts.forEach((part, i) => {
 			const key = `${part.type}:${message.id}:${i}`;
 			if (part.type === "text") {
