@@ -162,3 +162,37 @@ func TestWebQueue(t *testing.T) {
 		t.Errorf("page 1 sent %+v; want the second run frame with multitaskStrategy enqueue and its new message alone", f)
 	}
 }
+
+// TestWebBranches (THREADS.md section 7): Regenerate on the last reply, twice, answers the
+// message again each time and shows ‹ 3 / 3 ›; ‹ switches to the second reply (‹ 2 / 3 ›),
+// and a second page on the thread shows the same branch without a reload.
+func TestWebBranches(t *testing.T) {
+	g := startGateway(t)
+	browser := startBrowser(t)
+	p1 := openPage(t, browser, g.URL+"/")
+	hash := eval[string](p1, `location.hash`)
+	p2 := openPage(t, browser, g.URL+"/"+hash)
+	p2.waitFor("page 2 to follow the thread", `document.querySelector("#connection").dataset.state === "connected"`)
+
+	const branchJS = `(document.querySelector("#conversation .turn:last-child [data-role=branch-position]")?.textContent ?? "")`
+	p1.send("hello")
+	p1.waitStatus(0, "done")
+	for _, tokens := range []int{3, 5} {
+		p1.setOptions(demoOptions{Tokens: strconv.Itoa(tokens), IntervalMs: "0"})
+		p1.waitFor("the Regenerate button", `!document.querySelector("#conversation .turn:last-child [data-role=regenerate]").hidden`)
+		p1.do(chromedp.Click(chromedp.CSS("#conversation .turn:last-child [data-role=regenerate]")))
+		p1.waitFor(fmt.Sprintf("the reply of %d tokens", tokens), fmt.Sprintf(
+			`document.querySelectorAll("#conversation .turn").length === 1 && document.querySelector("#conversation .turn").dataset.status === "done" && document.querySelector("#conversation .turn [data-role=assistant-text]")?.textContent === %q`, tokensReply(tokens)))
+	}
+	p1.waitFor("‹ 3 / 3 ›", branchJS+` === "3 / 3"`)
+	if got := p1.turn(0); got.User != "hello" || got.Reply != tokensReply(5) {
+		t.Fatalf("after two regenerates the page shows %+v", got)
+	}
+	p1.do(chromedp.Click(chromedp.CSS("#conversation .turn:last-child [data-role=branch-prev]")))
+	second := fmt.Sprintf(`%s === "2 / 3" && document.querySelectorAll("#conversation .turn").length === 1 && document.querySelector("#conversation .turn [data-role=assistant-text]")?.textContent === %q`, branchJS, tokensReply(3))
+	p1.waitFor("‹ 2 / 3 › with the second reply", second)
+	p2.waitFor("page 2 to show ‹ 2 / 3 › with the second reply", second)
+	if got := p2.turns(); len(got) != 1 || got[0].User != "hello" {
+		t.Errorf("page 2 shows %+v, want the second reply of hello", got)
+	}
+}

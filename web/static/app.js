@@ -220,6 +220,7 @@ const conversation = new Conversation({
 		if (wasRunning !== view.running) {
 			saveThread();
 			refreshComposer();
+			showRegenerated(view);
 		}
 		followReply();
 	},
@@ -230,8 +231,7 @@ const conversation = new Conversation({
 		saveThread();
 		refreshComposer();
 		refreshThreads();
-		// A regenerated reply is one of several: shown as the server keeps it, with ‹ i / n ›.
-		if (view.regenerated && !runningView()) showThread(thread.threadId);
+		showRegenerated(view);
 	},
 	onFail(runId, message, code) {
 		const view = views.get(runId);
@@ -323,6 +323,14 @@ function answerApproval(view, approved) {
 	});
 	refreshComposer();
 	scrollToEnd();
+}
+
+/** showRegenerated shows the thread as the server keeps it, with ‹ i / n ›, once a regenerated reply ended. */
+function showRegenerated(view) {
+	if (view.regenerated && !view.running && !runningView()) {
+		view.regenerated = false;
+		showThread(thread.threadId);
+	}
 }
 
 /**
@@ -433,9 +441,13 @@ function threadInAddress() {
 
 // ---- threads kept by the server ----
 
+/** showing counts the calls of showThread: only the newest shows its answer. */
+let showing = 0;
+
 /** showThread shows threadId as the server keeps it, and rejoins its running turn. */
 async function showThread(threadId) {
-	clearThread();
+	const shown = ++showing;
+	if (thread.threadId !== threadId) clearThread();
 	thread.threadId = threadId;
 	let hydrated;
 	try {
@@ -443,7 +455,8 @@ async function showThread(threadId) {
 	} catch {
 		hydrated = { turns: [] };
 	}
-	if (thread.threadId !== threadId) return; // another thread was chosen meanwhile
+	if (thread.threadId !== threadId || shown !== showing) return; // another thread, or a newer showing, meanwhile
+	clearThread(); // the thread shown until now is replaced at once: no empty page meanwhile
 	for (const record of hydrated.turns) addView(TurnView.restore(record));
 	if (hydrated.active) {
 		const view = new TurnView(hydrated.active);
