@@ -37,7 +37,7 @@ func (s *Store) Hydrate(ctx context.Context, t *Thread, activeRun string, active
 	if msgs == nil {
 		msgs = []thread.Message{}
 	}
-	msgs = withBranches(msgs, t.branches())
+	msgs = withBranches(msgs, t.branches(msgs))
 	p := HydratePage{Cursor: cursor}
 	var merr, ierr error
 	p.Messages, merr = json.Marshal(msgs)

@@ -108,17 +108,25 @@ type Branch struct {
 	Siblings []string `json:"siblings"`
 }
 
-// branches returns, by message id, the branch of every active child of t's forks.
-func (t *Thread) branches() map[string]Branch {
+// branches returns, by message id, the branch of every active child of t's forks. msgs are
+// the messages a hydrate shows: a fork whose active branch its children lack yet (a
+// regenerate's reply still streaming) counts the message that follows the fork there.
+func (t *Thread) branches(msgs []thread.Message) map[string]Branch {
 	var out map[string]Branch
 	for _, f := range t.Forks {
-		for i, c := range f.Children {
-			if c.Ref == nil && len(f.Children) > 1 {
+		children := f.Children
+		if !slices.ContainsFunc(children, func(c Child) bool { return c.Ref == nil }) {
+			if at := slices.IndexFunc(msgs, func(m thread.Message) bool { return m.ID == f.After }); f.After != "" && at >= 0 && at+1 < len(msgs) {
+				children = append(slices.Clip(children), Child{First: msgs[at+1].ID})
+			}
+		}
+		for i, c := range children {
+			if c.Ref == nil && len(children) > 1 {
 				if out == nil {
 					out = map[string]Branch{}
 				}
-				b := Branch{Index: i + 1, Count: len(f.Children)}
-				for _, c := range f.Children {
+				b := Branch{Index: i + 1, Count: len(children)}
+				for _, c := range children {
 					b.Siblings = append(b.Siblings, c.First)
 				}
 				out[c.First] = b

@@ -187,3 +187,31 @@ func agentIDs(msgs []protocol.Message) []string {
 	}
 	return out
 }
+
+// TestBranchStreaming: a regenerate's reply shows as the newest sibling while it streams.
+func TestBranchStreaming(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	u1 := `{"id":"u1","role":"user","content":"question 1"}`
+	runTurn(t, s, "T", "r1", `{"messages":[`+u1+`]}`, "one")
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r2", json.RawMessage(`{"messages":[`+u1+`]}`), nil, Overlap{}); err != nil {
+		t.Fatal(err)
+	}
+	th, err := s.Thread(ctx, "alice", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	events := turnEvents("T", "r2", "one again")
+	p, err := s.Hydrate(ctx, th, "r2", events[:4], 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var msgs []struct {
+		ID       string
+		Metadata struct{ Branch *Branch }
+	}
+	json.Unmarshal(p.Messages, &msgs)
+	if len(msgs) != 2 || msgs[1].ID != "a-r2" || msgs[1].Metadata.Branch == nil || msgs[1].Metadata.Branch.Index != 2 || msgs[1].Metadata.Branch.Count != 2 {
+		t.Fatalf("while the regenerate streams the hydrate shows %s, want a-r2 as 2 of 2", p.Messages)
+	}
+}
