@@ -670,6 +670,9 @@ func (s *Store) sealNow(ctx context.Context, key string, t, settled *Thread) boo
 // now): the regenerate then finds the reply, and keeps it as a branch. A log that cannot be
 // read leaves the run to its own finish.
 func (s *Store) finishAnswered(ctx context.Context, key string, t *Thread, runID string, input json.RawMessage) error {
+	if !slices.ContainsFunc(t.Transcript.Anchors, func(a thread.Anchor) bool { return a.Run != runID }) {
+		return nil // no earlier run unfinished: nothing to read
+	}
 	posted := postedMessages(input)
 	last := ""
 	for _, m := range slices.Backward(posted) {
