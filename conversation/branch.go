@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 
@@ -30,14 +29,8 @@ func (srv *Server) serveBranch(w http.ResponseWriter, r *http.Request) {
 		writeJSONError(w, http.StatusNotFound, "threads are not kept")
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, srv.cfg.ReadLimit))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeJSONError(w, http.StatusRequestEntityTooLarge, "request body too large")
-		} else {
-			writeJSONError(w, http.StatusBadRequest, "reading the request body failed")
-		}
+	body, ok := srv.readBody(w, r)
+	if !ok {
 		return
 	}
 	var req struct {

@@ -4,7 +4,7 @@
 // New builds a Server from a Config; Server.ServeHTTP upgrades a request to a socket and
 // serves it until it closes; Server.HTTPHandler(SSE, NDJSON or AGUI) returns the HTTP
 // transport; Server.AbortHandler stops a run from anywhere; Server.ThreadRunsHandler starts a
-// turn of a thread without a socket; Server.Shutdown closes every
+// turn of a thread without a socket; Server.BranchHandler switches a thread's active branch; Server.Shutdown closes every
 // socket and drains the turns. Config.Principal (or Config.Tokens) authenticates every
 // request.
 //

@@ -43,14 +43,8 @@ func (s *Server) serveThreadRun(w http.ResponseWriter, r *http.Request, joinPath
 		return
 	}
 	defer s.release(principal)
-	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.ReadLimit))
-	if err != nil {
-		var tooLarge *http.MaxBytesError
-		if errors.As(err, &tooLarge) {
-			writeJSONError(w, http.StatusRequestEntityTooLarge, "request body too large")
-		} else {
-			writeJSONError(w, http.StatusBadRequest, "reading the request body failed")
-		}
+	body, ok := s.readBody(w, r)
+	if !ok {
 		return
 	}
 	in, msg := threadRunInput(body, r.PathValue("threadId"))
@@ -99,6 +93,22 @@ func (s *Server) serveThreadRun(w http.ResponseWriter, r *http.Request, joinPath
 		RunID   string `json:"runId"`
 		JoinURL string `json:"joinUrl"`
 	}{in.RunID, joinPath + "?" + url.Values{"runId": {in.RunID}, "offset": {"-1"}}.Encode()})
+}
+
+// readBody reads a JSON endpoint's request body, up to Config.ReadLimit bytes; it answers
+// 413 or 400 itself and reports false when it cannot.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, bool) {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, s.cfg.ReadLimit))
+	if err != nil {
+		var tooLarge *http.MaxBytesError
+		if errors.As(err, &tooLarge) {
+			writeJSONError(w, http.StatusRequestEntityTooLarge, "request body too large")
+		} else {
+			writeJSONError(w, http.StatusBadRequest, "reading the request body failed")
+		}
+		return nil, false
+	}
+	return body, true
 }
 
 // threadRunInput returns the RunAgentInput of a thread run's body, its threadId the path's

@@ -161,17 +161,15 @@ const ThreadBranchName = "thread.branch"
 // ThreadBranch returns {"type":"CUSTOM","name":"thread.branch","value":{"messageId":M,
 // "threadId":T}}: the thread's active branch is now the one holding messageID.
 func ThreadBranch(threadID, messageID string) []byte {
+	type value struct {
+		MessageID string `json:"messageId"`
+		ThreadID  string `json:"threadId"`
+	}
 	b, _ := json.Marshal(struct {
 		Type  string `json:"type"`
 		Name  string `json:"name"`
-		Value struct {
-			MessageID string `json:"messageId"`
-			ThreadID  string `json:"threadId"`
-		} `json:"value"`
-	}{Type: "CUSTOM", Name: ThreadBranchName, Value: struct {
-		MessageID string `json:"messageId"`
-		ThreadID  string `json:"threadId"`
-	}{messageID, threadID}})
+		Value value  `json:"value"`
+	}{"CUSTOM", ThreadBranchName, value{messageID, threadID}})
 	return b
 }
 
