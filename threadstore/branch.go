@@ -170,7 +170,8 @@ func withBranches(msgs []thread.Message, branches map[string]Branch) []thread.Me
 // branch's leaf, for every reader: the branches it leaves are kept as siblings. It returns
 // ErrUnknownMessage for a message no branch holds, ErrUnknownThread for a thread the
 // principal does not have, and a *BusyError while a run of the thread is active (its reply
-// goes into the active branch).
+// goes into the active branch) or, for a switch to another branch, paused for an answer (an
+// approval) that its branch asks.
 func (s *Store) SwitchBranch(ctx context.Context, principal, threadID, messageID string) (*Thread, error) {
 	key := threadKey(principal, threadID)
 	var written, settled *Thread
@@ -185,6 +186,10 @@ func (s *Store) SwitchBranch(ctx context.Context, principal, threadID, messageID
 		changed, err := s.activate(ctx, key, t, messageID, 0)
 		if err != nil {
 			return false, err
+		}
+		if in := t.Transcript.Interrupts; changed && in != nil {
+			// A run paused for an answer (an approval) in the branch it would leave.
+			return false, &BusyError{ActiveRun: in.RunID}
 		}
 		if changed {
 			t.Updated = time.Now().UTC()

@@ -215,3 +215,27 @@ func TestBranchStreaming(t *testing.T) {
 		t.Fatalf("while the regenerate streams the hydrate shows %s, want a-r2 as 2 of 2", p.Messages)
 	}
 }
+
+// TestBranchSwitchPaused: a switch that would leave a run's question (an approval) unanswered
+// in the branch it leaves is refused, naming that run; a switch to where it stands is not.
+func TestBranchSwitchPaused(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx := context.Background()
+	u1 := `{"id":"u1","role":"user","content":"question 1"}`
+	runTurn(t, s, "T", "r1", `{"messages":[`+u1+`]}`, "one")
+	if _, err := s.AcceptRun(ctx, "alice", "T", "r2", json.RawMessage(`{"messages":[`+u1+`]}`), nil, Overlap{}); err != nil {
+		t.Fatal(err)
+	}
+	events := turnEvents("T", "r2", "one again")
+	events[len(events)-1] = json.RawMessage(`{"type":"RUN_FINISHED","threadId":"T","runId":"r2","outcome":{"type":"interrupt","interrupts":[{"id":"i1","reason":"approval_required"}]}}`)
+	if err := s.FinishRun(ctx, "alice", "T", "r2", events); err != nil {
+		t.Fatal(err)
+	}
+	var busy *BusyError
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "a-r1"); !errors.As(err, &busy) || busy.ActiveRun != "r2" {
+		t.Fatalf("a switch away from the paused r2: %v, want thread busy naming r2", err)
+	}
+	if _, err := s.SwitchBranch(ctx, "alice", "T", "a-r2"); err != nil {
+		t.Fatalf("a switch to the branch shown: %v", err)
+	}
+}
