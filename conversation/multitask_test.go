@@ -42,7 +42,7 @@ func bareError(t *testing.T, cl *client) (code, message string) {
 // with thread_busy (409 over HTTP, naming the active run) and leaves no log and nothing in the
 // thread; a gateway whose --multitask is reject refuses a run that names no strategy; one
 // sent with concurrent runs beside it; once the first run's terminal is out, a rejecting run
-// starts; a strategy not carried out is refused as invalid input.
+// starts; an unknown strategy is refused as invalid input.
 func TestMultitaskReject(t *testing.T) {
 	e1 := newEnv(t, envOptions{})
 	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL(), multitask: conversation.MultitaskReject})
@@ -65,9 +65,9 @@ func TestMultitaskReject(t *testing.T) {
 	if code, _ := bareError(t, a2); code != conversation.CodeThreadBusy {
 		t.Errorf("reject on the active run's gateway: %s, want %s", code, conversation.CodeThreadBusy)
 	}
-	a2.send(withStrategy(threadFrame("T", "r5", script{Tokens: 1}, "u5", "fifth"), "rollback"))
-	if code, msg := bareError(t, a2); code != conversation.CodeInvalidInput || !strings.Contains(msg, "rollback") {
-		t.Errorf("rollback: %s %q, want %s naming it", code, msg, conversation.CodeInvalidInput)
+	a2.send(withStrategy(threadFrame("T", "r5", script{Tokens: 1}, "u5", "fifth"), "sometimes"))
+	if code, msg := bareError(t, a2); code != conversation.CodeInvalidInput || !strings.Contains(msg, "multitaskStrategy") {
+		t.Errorf("an unknown strategy: %s %q, want %s naming multitaskStrategy", code, msg, conversation.CodeInvalidInput)
 	}
 	for _, door := range []struct {
 		e    *env
@@ -209,5 +209,67 @@ func TestMultitaskInterrupt(t *testing.T) {
 	h := e2.hydrate(t, "/api/chat", "", "threadId", "T")
 	if s := h.summary(); !strings.HasPrefix(s, "u1 user: first | m-r1-1 assistant: t1 t2") || !strings.HasSuffix(s, "u2 user: second | m-r2-1 assistant: t1 t2  | ") {
 		t.Errorf("hydrate after the interrupt: %s", s)
+	}
+}
+
+// TestMultitaskRollback (THREADS.md section 6): a run sent with rollback, through another
+// gateway, while a run of its thread streams: the streaming run ends RUN_ERROR code
+// interrupted, and its user message and partial reply leave the thread (a hydrate no longer
+// shows them); the new run is queued, then starts after it.
+func TestMultitaskRollback(t *testing.T) {
+	e1 := newEnv(t, envOptions{})
+	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL()})
+
+	a := dial(t, e1.url(), "")
+	a.send(threadFrame("T", "r0", script{Tokens: 1}, "u0", "zeroth"))
+	a.untilTerminal()
+	a.send(threadFrame("T", "r1", script{Tokens: 1000, IntervalMs: 20}, "u1", "first"))
+	a.untilN(t, 5) // the marker, RUN_STARTED, TEXT_MESSAGE_START, two deltas
+	b := dial(t, e2.url(), "")
+	b.send(withStrategy(threadFrame("T", "r2", script{Tokens: 2}, "u2", "second"), "rollback"))
+	rest := a.untilTerminal()
+	if got := summary(rest[len(rest)-1:]); got != "RUN_ERROR:interrupted" {
+		t.Errorf("the rolled back run ended %s, want RUN_ERROR:interrupted", got)
+	}
+	want := "CUSTOM:run.accepted CUSTOM:run.queued RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED"
+	if got := summary(b.untilTerminal()); got != want {
+		t.Errorf("the rolling back run: %s, want %s", got, want)
+	}
+	e1.waitClosed(t, "r2")
+	for _, e := range []*env{e1, e2} {
+		h := e.hydrate(t, "/api/chat", "", "threadId", "T")
+		if s := h.summary(); s != "u0 user: zeroth | m-r0-1 assistant: t1  | u2 user: second | m-r2-1 assistant: t1 t2  | " {
+			t.Errorf("hydrate after the rollback: %s, want r1's message and reply gone", s)
+		}
+	}
+	th, err := e1.threads.Thread(context.Background(), "p1", "T")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := th.Runs[len(th.Runs)-2]; r.RunID != "r1" || r.State != threadstore.ThreadRunError || r.Code != "interrupted" {
+		t.Errorf("thread runs = %+v, want r1 ended interrupted", th.Runs)
+	}
+}
+
+// TestMultitaskRollbackContext: the agent of a run sent with rollback answers from the thread
+// without the run it rolled back, whether that run's finish reached the thread before the new
+// run started or not.
+func TestMultitaskRollbackContext(t *testing.T) {
+	model := newChatModel(t)
+	model.slow["first"] = 3 * time.Second
+	e1 := newEnv(t, envOptions{agent: model.agent()})
+	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL(), agent: model.agent()})
+
+	a := dial(t, e1.url(), "")
+	a.send(userFrame("r0", "u0", "user", "hello"))
+	a.untilTerminal()
+	a.send(userFrame("r1", "u1", "user", "first"))
+	a.untilN(t, 2) // the marker, RUN_STARTED: the model has the request
+	b := dial(t, e2.url(), "")
+	b.send(withStrategy(userFrame("r2", "u0", "user", "hello", "u1", "user", "first", "u2", "user", "second"), "rollback"))
+	b.untilTerminal()
+	sameMessages(t, "the rolling back run", model.request(3), "user: hello", "assistant: answer 1", "user: second")
+	if got := summary(a.untilTerminal()); !strings.HasSuffix(got, "RUN_ERROR:interrupted") {
+		t.Errorf("the rolled back run: %s", got)
 	}
 }

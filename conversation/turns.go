@@ -6,8 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"math"
-	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -52,11 +50,11 @@ const (
 	MsgThreadBusy  = "the thread has a run in progress: send again once it has ended, or with multitaskStrategy concurrent"
 )
 
-// Values of a run's multitaskStrategy (THREADS.md section 6) that this gateway carries out
-// (multitaskBuilt), and Config.Multitask's.
+// Values of a run's multitaskStrategy (THREADS.md section 6), and of Config.Multitask.
 const (
 	MultitaskEnqueue    = "enqueue"
 	MultitaskInterrupt  = "interrupt"
+	MultitaskRollback   = "rollback"
 	MultitaskReject     = "reject"
 	MultitaskConcurrent = "concurrent"
 )
@@ -358,10 +356,6 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		refused = &turn.Refusal{Code: CodeBudgetExceeded, Message: MsgBudgetExceeded}
 	}
 	strategy := cmp.Or(req.in.MultitaskStrategy, srv.cfg.Multitask, MultitaskConcurrent)
-	if !slices.Contains(multitaskBuilt, strategy) {
-		srv.turns.end(s)
-		return nil, protocol.AppendRunError(nil, "multitaskStrategy "+strategy+" is not carried out by this gateway: use one of "+strings.Join(multitaskBuilt, ", "), CodeInvalidInput)
-	}
 	ctx, span := srv.startTurnSpan(req)
 	if req.prev != nil {
 		srv.endPrevious(req.prev, log)
@@ -379,7 +373,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	if threaded {
 		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)
 		if strategy != MultitaskConcurrent {
-			overlap = threadstore.Overlap{Ended: srv.runEnded(s.key.principal), Queue: strategy != MultitaskReject}
+			overlap = threadstore.Overlap{Ended: srv.runEnded(s.key.principal), Queue: strategy != MultitaskReject, Rollback: strategy == MultitaskRollback}
 		}
 		if strategy == MultitaskReject {
 			// The thread is read before the log is created: a run refused creates none.
@@ -418,7 +412,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	var record turn.Thread // nil unless threaded: a nil *threadRun is not a nil turn.Thread
 	agent := srv.cfg.Agent
 	if threaded {
-		tr = srv.newThreadRun(s, req.in, ahead, overlap, strategy == MultitaskInterrupt, log)
+		tr = srv.newThreadRun(s, req.in, ahead, overlap, strategy == MultitaskInterrupt || strategy == MultitaskRollback, log)
 		record = tr
 		if !srv.cfg.AgentHistoryClient {
 			agent = contextAgent{Agent: agent, srv: srv, l: tr, span: span, log: log}
@@ -506,9 +500,6 @@ func refusedBy(refused *turn.Refusal, tr *threadRun) func() *turn.Refusal {
 		return refused
 	}
 }
-
-// multitaskBuilt are the strategies this gateway carries out.
-var multitaskBuilt = []string{MultitaskConcurrent, MultitaskEnqueue, MultitaskInterrupt, MultitaskReject}
 
 // queuedBy returns the turn.Config.Queued of a turn: its threadRun's (tr is nil for a run in
 // no thread, which never waits).

@@ -771,6 +771,56 @@ func (t *Transcript) finish(runID string, events []json.RawMessage, noMetadata b
 	return nil
 }
 
+// Withdraw takes runID out of t as if it had never been accepted (multitaskStrategy
+// rollback, THREADS.md section 6): the messages ids names (those its acceptance added, and
+// its reply's if its finish was applied) leave the transcript, its anchor and late answers
+// go, a run anchored after a message that leaves is anchored where that message was, and
+// the interrupts it answered are reported again.
+func (t *Transcript) Withdraw(runID string, ids []string) {
+	gone := make(map[string]bool, len(ids))
+	for _, id := range ids {
+		gone[id] = true
+	}
+	kept := t.Messages[:0:0]
+	moved := map[string]string{} // a message that leaves → the one kept before it
+	prev := ""
+	for _, m := range t.Messages {
+		if gone[m.ID] {
+			moved[m.ID] = prev
+			continue
+		}
+		kept = append(kept, m)
+		prev = m.ID
+	}
+	t.Messages = kept
+	t.dropAnchor(runID)
+	for i := range t.Anchors {
+		if to, ok := moved[t.Anchors[i].After]; ok {
+			t.Anchors[i].After = to
+		}
+	}
+	t.Late = slices.DeleteFunc(t.Late, func(a Answers) bool { return a.Run == runID })
+	if len(t.Late) == 0 {
+		t.Late = nil
+	}
+	if answered := t.Answered[runID]; answered != nil {
+		t.Interrupts = answered
+		delete(t.Answered, runID)
+		if len(t.Answered) == 0 {
+			t.Answered = nil
+		}
+	}
+}
+
+// IDs returns the ids of t's messages.
+func (t *Transcript) IDs() map[string]bool {
+	ids := make(map[string]bool, len(t.Messages))
+	for _, m := range t.Messages {
+		ids[m.ID] = true
+	}
+	return ids
+}
+
 // Active returns what a hydrate shows while runID is still running, given its events so far:
 // the settled messages (with the run's user message) plus only the run's latest assistant
 // message (the client drops a trailing assistant message when the replay starts, and

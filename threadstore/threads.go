@@ -76,6 +76,10 @@ type Overlap struct {
 	// transcript, and an AcceptRun of it again starts it once no earlier run is active. A
 	// thread holds at most MaxQueued queued runs; beyond, a *BusyError.
 	Queue bool
+	// Rollback, with Queue, takes the runs running when the run is queued out of the
+	// transcript (multitaskStrategy rollback): their messages leave it, and their replies
+	// never enter it (withdraw).
+	Rollback bool
 }
 
 // MaxQueued bounds the queued runs of a thread.
@@ -133,6 +137,10 @@ type ThreadRun struct {
 	Code    string    `json:"code,omitempty"` // the RUN_ERROR's code
 	Started time.Time `json:"started"`
 	Ended   time.Time `json:"ended,omitzero"`
+	// Added are the messages the run's acceptance added, while it runs (a later run may roll
+	// it back); Rollback, for a queued run, the runs it rolls back when it starts.
+	Added    []string `json:"added,omitempty"`
+	Rollback []string `json:"rollback,omitempty"`
 }
 
 // Thread is what the store keeps of (principal, threadId) under its key: its head (runs,
@@ -549,7 +557,15 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 			case countQueued(t.Runs) >= MaxQueued:
 				return false, &BusyError{ActiveRun: busy}
 			default:
-				t.Runs = append(t.Runs, ThreadRun{RunID: runID, State: ThreadRunQueued, Started: now})
+				q := ThreadRun{RunID: runID, State: ThreadRunQueued, Started: now}
+				if o.Rollback {
+					for _, r := range t.Runs {
+						if r.State == ThreadRunRunning {
+							q.Rollback = append(q.Rollback, r.RunID)
+						}
+					}
+				}
+				t.Runs = append(t.Runs, q)
 				t.Updated = now
 				return true, nil
 			}
@@ -580,6 +596,7 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 		if err != nil {
 			return false, err
 		}
+		known := t.Transcript.IDs()
 		if err := t.Transcript.Accept(runID, input); err != nil {
 			return false, err
 		}
@@ -587,10 +604,17 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 			return false, err
 		}
 		t.settleForks()
+		started := ThreadRun{RunID: runID, State: ThreadRunRunning, Started: now}
+		for _, m := range t.Transcript.Messages {
+			if !known[m.ID] {
+				started.Added = append(started.Added, m.ID)
+			}
+		}
 		if r := t.run(runID); r != nil {
-			*r = ThreadRun{RunID: runID, State: ThreadRunRunning, Started: now}
+			t.rollBack(r.Rollback, now)
+			*r = started
 		} else {
-			t.Runs = append(t.Runs, ThreadRun{RunID: runID, State: ThreadRunRunning, Started: now})
+			t.Runs = append(t.Runs, started)
 		}
 		if t.Title == "" {
 			t.Title = title(&t.Transcript)
@@ -700,8 +724,43 @@ func (s *Store) finishAnswered(ctx context.Context, key string, t *Thread, runID
 	return nil
 }
 
-// finishIn applies the ended run r's events to t and records how it ended.
+// rollBack withdraws the runs rollback names (a starting run's, queued with
+// multitaskStrategy rollback) from t's transcript: those still running (their finish has
+// not landed), and again the messages of those whose finish withdrew them (the run
+// starting may have posted them once more).
+func (t *Thread) rollBack(rollback []string, now time.Time) {
+	for _, id := range rollback {
+		r := t.run(id)
+		if r == nil {
+			continue
+		}
+		t.Transcript.Withdraw(id, r.Added)
+		if r.State == ThreadRunRunning {
+			r.State, r.Code, r.Ended = ThreadRunError, protocol.CodeInterrupted, now
+		}
+		r.Added = nil
+	}
+}
+
+// rolledBack reports whether a queued run of t rolls runID back.
+func (t *Thread) rolledBack(runID string) bool {
+	return slices.ContainsFunc(t.Runs, func(q ThreadRun) bool {
+		return q.State == ThreadRunQueued && slices.Contains(q.Rollback, runID)
+	})
+}
+
+// finishIn applies the ended run r's events to t and records how it ended; a run that a
+// queued run rolls back is withdrawn instead, its messages kept in r.Added for that run's
+// start.
 func (s *Store) finishIn(ctx context.Context, key string, t *Thread, r *ThreadRun, events []json.RawMessage) error {
+	if t.rolledBack(r.RunID) {
+		t.Transcript.Withdraw(r.RunID, r.Added)
+		r.State, r.Code = endState(events)
+		r.Ended = time.Now().UTC()
+		t.Updated = r.Ended
+		return nil
+	}
+	r.Added = nil
 	if t.Sealed != nil && slices.ContainsFunc(events, isSnapshot) {
 		// A MESSAGES_SNAPSHOT replaces the whole list: the run's finish needs it whole.
 		if err := s.unseal(ctx, key, t, 0); err != nil {

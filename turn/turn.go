@@ -137,7 +137,7 @@ const (
 	CodeAgentError     = "agent_error"
 	CodeViolation      = "protocol_violation"
 	CodeAborted        = "aborted"
-	CodeInterrupted    = "interrupted"
+	CodeInterrupted    = protocol.CodeInterrupted
 	CodeShutdown       = "shutdown"
 	CodeLogUnavailable = "log_unavailable"
 	CodeLimitExceeded  = "limit_exceeded"

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/wsgateway/wsgateway/auth"
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/durable"
+	"github.com/wsgateway/wsgateway/protocol"
 )
 
 // errUsage marks a command line that cannot run; the message says why.
@@ -267,13 +269,12 @@ var serveFlags = []serveFlag{
 		return nil
 	}},
 	{"agent-history-bytes", "512KiB", "bytes of JSON of the thread's messages the agent is given: its leading system and developer messages, then the newest messages that fit, the newest one always; the cut is logged at debug level; 0: no bound", sizeSetter(0, func(c *serveConfig) *int64 { return &c.agentHistoryBytes })},
-	{"multitask", conversation.MultitaskConcurrent, "what a run that names no multitaskStrategy does while another run of its thread is active: concurrent (it starts beside them), enqueue (it is accepted at once and starts when the earlier runs have ended, in order), interrupt (as enqueue, and the running ones end RUN_ERROR code interrupted) or reject (it is refused, RUN_ERROR code thread_busy, HTTP 409); rollback is not carried out yet", func(c *serveConfig, v string) error {
-		switch v {
-		case conversation.MultitaskConcurrent, conversation.MultitaskEnqueue, conversation.MultitaskInterrupt, conversation.MultitaskReject:
-			c.multitask = v
-			return nil
+	{"multitask", conversation.MultitaskConcurrent, "what a run that names no multitaskStrategy does while another run of its thread is active: concurrent (it starts beside them), enqueue (it is accepted at once and starts when the earlier runs have ended, in order), interrupt (as enqueue, and the running ones end RUN_ERROR code interrupted, their partial replies kept), rollback (as interrupt, and their messages leave the thread) or reject (it is refused, RUN_ERROR code thread_busy, HTTP 409)", func(c *serveConfig, v string) error {
+		if !slices.Contains(protocol.MultitaskStrategies, v) {
+			return fmt.Errorf("want one of %s", strings.Join(protocol.MultitaskStrategies, ", "))
 		}
-		return fmt.Errorf("want %s, %s, %s or %s", conversation.MultitaskConcurrent, conversation.MultitaskEnqueue, conversation.MultitaskInterrupt, conversation.MultitaskReject)
+		c.multitask = v
+		return nil
 	}},
 	{"heartbeat", "30s", "interval of the {\"type\":\"ping\"} frames and WebSocket pings", durationSetter(func(c *serveConfig) *time.Duration { return &c.heartbeat })},
 	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing or it follows a thread", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},

@@ -162,7 +162,7 @@ func TestParseServeErrors(t *testing.T) {
 		{nil, map[string]string{"WSGATEWAY_DEBUG_ADDR": "70000"}, `WSGATEWAY_DEBUG_ADDR="70000": port "70000": want a number from 0 to 65535`},
 		{[]string{"--idle-memory", "free"}, nil, "want keep or return"},
 		{[]string{"--agent-history", "none"}, nil, "want thread or client"},
-		{[]string{"--multitask", "rollback"}, nil, "want concurrent, enqueue, interrupt or reject"},
+		{[]string{"--multitask", "sometimes"}, nil, "want one of enqueue, reject, interrupt, rollback, concurrent"},
 		{[]string{"--agent-history-bytes", "-1"}, nil, "want a size such as 65536, 512KiB or 1MiB"},
 		{[]string{"--log-level", "loud"}, nil, "want debug, info, warn or error"},
 		{[]string{"--agent-url", "http://up:1"}, nil, "--agent-url, --agent-header and --agent-forward-headers are used only with --agent agui or openai"},
