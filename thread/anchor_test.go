@@ -119,3 +119,39 @@ func TestAnswerBeforeFinishLands(t *testing.T) {
 		t.Fatalf("the call after r1's finish = %s, Late %s: want complete with its result", mustJSON(t, parts), mustJSON(t, ct.Late))
 	}
 }
+
+// TestWithdraw: a withdrawn run (multitaskStrategy rollback) leaves no message and no anchor;
+// a run anchored after its message goes where that message was, and its reply lands there.
+func TestWithdraw(t *testing.T) {
+	var tr thread.Transcript
+	if err := tr.Accept("r0", input(t, "r0", "", `{"id":"u0","role":"user","content":"zero"}`)); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Finish("r0", reply("r0", "a0", "reply zero")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Accept("r1", input(t, "r1", "", `{"id":"u1","role":"user","content":"one"}`)); err != nil {
+		t.Fatal(err)
+	}
+	// r2 posts no message (a continuation): anchored after u1.
+	if err := tr.Accept("r2", input(t, "r2", "")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Accept("r3", input(t, "r3", "", `{"id":"u3","role":"user","content":"three"}`)); err != nil {
+		t.Fatal(err)
+	}
+	tr.Withdraw("r1", []string{"u1"})
+	if got, want := summaryOf(tr.Messages), "u0:zero a0:reply zero u3:three"; got != want {
+		t.Fatalf("after r1 withdrawn: %s, want %s", got, want)
+	}
+	if tr.Anchored("r1") {
+		t.Fatal("r1 is still anchored after its withdrawal")
+	}
+	tr = copyTranscript(t, tr)
+	if err := tr.Finish("r2", reply("r2", "a2", "reply two")); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := summaryOf(tr.Messages), "u0:zero a0:reply zero a2:reply two u3:three"; got != want {
+		t.Fatalf("after r2's finish: %s, want %s", got, want)
+	}
+}
