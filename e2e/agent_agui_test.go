@@ -126,7 +126,8 @@ func (s *aguiServer) turn(tb testing.TB, ctx context.Context, runID string) agui
 	}
 }
 
-// aguiRunFrame is a run frame with one user message and forwardedProps props (JSON).
+// aguiRunFrame is a run frame of the thread th-agent with one user message and forwardedProps
+// props (JSON).
 func aguiRunFrame(runID, text, props string) []byte {
 	q, _ := json.Marshal(text)
 	return []byte(`{"threadId":"th-agent","runId":"` + runID + `","messages":[{"id":"u-` + runID + `","role":"user","content":` + string(q) + `}],"forwardedProps":` + props + `}`)
@@ -212,7 +213,8 @@ func sameEventList(tb testing.TB, what string, got, want []map[string]any) {
 // TestAGUIAgentNodeServer runs turns through a gateway whose agent is a real AG-UI server
 // written with @ag-ui/encoder: the events a client receives live, and those a client joining
 // the run's log receives, equal what the server sent as @ag-ui/client expands it, after the
-// gateway's run.accepted marker. Two sockets run turns at the same time, several turns each.
+// gateway's run.accepted marker. Two sockets run turns of one thread at the same time
+// (multitaskStrategy concurrent), several turns each.
 func TestAGUIAgentNodeServer(t *testing.T) {
 	srv := startAGUIServer(t)
 	gw := startGateway(t, "--agent", "agui", "--agent-url", srv.URL, "--agent-header", "X-Static: s1",
@@ -242,7 +244,7 @@ func aguiSocketTurns(t *testing.T, ctx context.Context, gw *gateway, srv *aguiSe
 		runID := fmt.Sprintf("agui-node-%d-%d", sock, turn)
 		text := fmt.Sprintf("Wetter in Zürich? #%d «%d»", turn, sock)
 		props := `{"intervalMs":` + fmt.Sprint(turn*3) + `,"echoHeaders":["X-Static","X-Client-Tag","X-Absent"]}`
-		if err := c.Write(ctx, websocket.MessageText, aguiRunFrame(runID, text, props)); err != nil {
+		if err := c.Write(ctx, websocket.MessageText, concurrent(aguiRunFrame(runID, text, props))); err != nil {
 			t.Fatalf("write: %v", err)
 		}
 		live := readUntilTerminal(t, ctx, c)
@@ -376,7 +378,8 @@ func startFaultUpstream(tb testing.TB) *faultUpstream {
 
 // TestAGUIAgentFaults sends turns whose upstream fails in each way the agui agent must
 // report, on one socket, one after the other, each followed by a good turn on the same socket,
-// while a slow good turn runs on another socket the whole time. Every failed turn ends with
+// while a slow good turn of the same thread runs on another socket the whole time (the
+// others name multitaskStrategy concurrent to run beside it). Every failed turn ends with
 // the RUN_ERROR that says what happened, both live and in its log; the socket and the other
 // turns go on as if nothing happened.
 func TestAGUIAgentFaults(t *testing.T) {
@@ -428,7 +431,7 @@ func TestAGUIAgentFaults(t *testing.T) {
 	}
 	for i, tt := range tests {
 		runID := fmt.Sprintf("agui-fault-%d-%s", i, tt.fault)
-		if err := c.Write(ctx, websocket.MessageText, aguiRunFrame(runID, "x", `{"fault":"`+tt.fault+`"}`)); err != nil {
+		if err := c.Write(ctx, websocket.MessageText, concurrent(aguiRunFrame(runID, "x", `{"fault":"`+tt.fault+`"}`))); err != nil {
 			t.Fatal(err)
 		}
 		live := readUntilTerminal(t, ctx, c)
@@ -442,7 +445,7 @@ func TestAGUIAgentFaults(t *testing.T) {
 
 		// The same socket serves the next turn as if nothing had happened.
 		okID := runID + "-then-ok"
-		if err := c.Write(ctx, websocket.MessageText, aguiRunFrame(okID, "x", `{"n":3}`)); err != nil {
+		if err := c.Write(ctx, websocket.MessageText, concurrent(aguiRunFrame(okID, "x", `{"n":3}`))); err != nil {
 			t.Fatal(err)
 		}
 		if got := eventTypes(readUntilTerminal(t, ctx, c)); got != "CUSTOM RUN_STARTED TEXT_MESSAGE_START TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_CONTENT TEXT_MESSAGE_END RUN_FINISHED" {

@@ -195,18 +195,19 @@ func eventTypes(events []map[string]any) string {
 	return strings.Join(out, " ")
 }
 
-// TestGracefulShutdown sends SIGTERM while turns run: sockets close 1012, a turn that ends
-// within the drain timeout finishes into its log, one that does not is ended with RUN_ERROR
-// code shutdown, and the process exits 0. A gateway restarted on the same data directory then
-// serves both complete logs.
+// TestGracefulShutdown sends SIGTERM while turns of two threads run: sockets close 1012, a
+// turn that ends within the drain timeout finishes into its log, one that does not is ended
+// with RUN_ERROR code shutdown, and the process exits 0. A gateway restarted on the same data
+// directory then serves both complete logs.
 func TestGracefulShutdown(t *testing.T) {
 	dataDir := t.TempDir()
 	gw := startGateway(t, "--data-dir", dataDir, "--drain-timeout", "4s")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 
-	short := dialTurn(t, ctx, gw, "run-short", `{"tokens":30,"intervalMs":20}`) // ~0.6 s
-	long := dialTurn(t, ctx, gw, "run-long", `{"tokens":1000,"intervalMs":20}`) // ~20 s
+	// Each in a thread of its own: a second turn of one thread would wait for the first.
+	short := dialThreadTurn(t, ctx, gw, "t-short", "run-short", `{"tokens":30,"intervalMs":20}`) // ~0.6 s
+	long := dialThreadTurn(t, ctx, gw, "t-long", "run-long", `{"tokens":1000,"intervalMs":20}`)  // ~20 s
 	for _, c := range []*websocket.Conn{short, long} {
 		if _, _, err := c.Read(ctx); err != nil { // run.accepted: the turn is running
 			t.Fatal(err)

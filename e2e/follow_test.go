@@ -236,8 +236,8 @@ func waitContent(tb testing.TB, ctx context.Context, c *websocket.Conn, n int) s
 // TestThreadFollowTwoGateways: tab A on gateway 1 sends turns; tab B on gateway 2 follows the
 // thread and gets every event of each once, in order, with its runId, equal to the log; a
 // follower that comes halfway through a turn gets it from its start; three turns of the
-// thread at once (two sockets on two gateways and a server-started turn) each reach the
-// follower complete; unfollow stops delivery; another principal following the same threadId
+// thread at once (multitaskStrategy concurrent: two sockets on two gateways and a
+// server-started turn) each reach the follower complete; unfollow stops delivery; another principal following the same threadId
 // string gets nothing.
 func TestThreadFollowTwoGateways(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
@@ -283,10 +283,10 @@ func TestThreadFollowTwoGateways(t *testing.T) {
 
 	t.Run("three turns at once", func(t *testing.T) {
 		s2 := tg.dial(t, ctx, tg.g2, "alice", "")
-		sendText(t, ctx, a, string(threadFrame("T", "turn-3a", `{"tokens":40,"intervalMs":10}`)))
-		sendText(t, ctx, s2, string(threadFrame("T", "turn-3b", `{"tokens":40,"intervalMs":10}`)))
+		sendText(t, ctx, a, string(concurrent(threadFrame("T", "turn-3a", `{"tokens":40,"intervalMs":10}`))))
+		sendText(t, ctx, s2, string(concurrent(threadFrame("T", "turn-3b", `{"tokens":40,"intervalMs":10}`))))
 		status, body := tg.post(t, ctx, tg.g2.URL+"/api/threads/T/runs", "alice",
-			`{"runId":"turn-3c","messages":[{"id":"u","role":"user","content":"scheduled"}],"forwardedProps":{"demo":{"tokens":40,"intervalMs":10}}}`)
+			`{"runId":"turn-3c","messages":[{"id":"u","role":"user","content":"scheduled"}],"forwardedProps":{"demo":{"tokens":40,"intervalMs":10}},"multitaskStrategy":"concurrent"}`)
 		if status != http.StatusAccepted || body != `{"runId":"turn-3c","joinUrl":"/api/chat?offset=-1\u0026runId=turn-3c"}` {
 			t.Fatalf("POST /api/threads/T/runs = %d %s", status, body)
 		}

@@ -226,3 +226,15 @@ func (g *gateway) logRecords(msg string) []map[string]any {
 	}
 	return out
 }
+
+// concurrent returns the run frame with multitaskStrategy concurrent: its run starts beside
+// the runs of its thread still active, instead of waiting for them (the default, enqueue).
+func concurrent(frame []byte) []byte {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(frame, &m); err != nil {
+		panic(err)
+	}
+	m["multitaskStrategy"] = json.RawMessage(`"concurrent"`)
+	b, _ := json.Marshal(m)
+	return b
+}

@@ -16,7 +16,8 @@ import (
 
 // TestHostilePrincipalEveryDoor: one principal starts long turns by every door and walks
 // away (sockets that send 16 run frames and close, POSTs of /api/chat, /api/chat/ndjson and
-// /agui dropped once the stream began, POST /api/threads/{id}/runs) on a gateway with --auth
+// /agui dropped once the stream began, POST /api/threads/{id}/runs), all of one thread and
+// side by side (multitaskStrategy concurrent, the worst case), on a gateway with --auth
 // jwt and a low --max-principal-turns, while another principal runs ordinary turns. Its turns
 // running stay at the bound all along (sampled after each round), the rest are refused and
 // counted under the bound's limit, the gateway's goroutines stay bounded, and every turn of
@@ -95,13 +96,13 @@ func TestHostilePrincipalEveryDoor(t *testing.T) {
 	for i := 0; time.Now().Before(deadline); i++ {
 		c := g.dialAs(t, ctx, "mallory", "")
 		for j := 0; j < 16; j++ {
-			c.Write(ctx, websocket.MessageText, runFrameJSON(t, fmt.Sprintf("ws-%d-%d", i, j), long, "hi"))
+			c.Write(ctx, websocket.MessageText, concurrent(runFrameJSON(t, fmt.Sprintf("ws-%d-%d", i, j), long, "hi")))
 		}
 		c.CloseNow()
-		post("/api/chat", runFrameJSON(t, fmt.Sprintf("sse-%d", i), long, "hi"), true)
-		post("/api/chat/ndjson", runFrameJSON(t, fmt.Sprintf("ndjson-%d", i), long, "hi"), true)
-		post("/agui", runFrameJSON(t, fmt.Sprintf("agui-%d", i), long, "hi"), true)
-		post("/api/threads/t/runs", runFrameJSON(t, fmt.Sprintf("thread-%d", i), long, "hi"), false)
+		post("/api/chat", concurrent(runFrameJSON(t, fmt.Sprintf("sse-%d", i), long, "hi")), true)
+		post("/api/chat/ndjson", concurrent(runFrameJSON(t, fmt.Sprintf("ndjson-%d", i), long, "hi")), true)
+		post("/agui", concurrent(runFrameJSON(t, fmt.Sprintf("agui-%d", i), long, "hi")), true)
+		post("/api/threads/t/runs", concurrent(runFrameJSON(t, fmt.Sprintf("thread-%d", i), long, "hi")), false)
 		running = max(running, g.metricValue(t, ctx, "wsgateway_turn_started_total")-g.metricValue(t, ctx, "wsgateway_turn_ended_total"))
 		goroutines = max(goroutines, g.metricValue(t, ctx, "go_goroutines"))
 	}

@@ -328,7 +328,7 @@ func startHostile(ctx context.Context, base, wsURL, tok, door string, frames int
 			return "error"
 		}
 		for range frames {
-			if c.Write(ctx, websocket.MessageText, demoFrame("t", fmt.Sprintf("h-%d", seq.Add(1)), hostileTurn)) != nil {
+			if c.Write(ctx, websocket.MessageText, hostileFrame(fmt.Sprintf("h-%d", seq.Add(1)))) != nil {
 				break
 			}
 		}
@@ -338,7 +338,7 @@ func startHostile(ctx context.Context, base, wsURL, tok, door string, frames int
 	path := map[string]string{"sse": "/api/chat", "ndjson": "/api/chat/ndjson", "agui": "/agui", "thread": "/api/threads/t/runs"}[door]
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel() // walks away
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, base+path, bytes.NewReader(demoFrame("t", fmt.Sprintf("h-%d", seq.Add(1)), hostileTurn)))
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, base+path, bytes.NewReader(hostileFrame(fmt.Sprintf("h-%d", seq.Add(1)))))
 	if err != nil {
 		return "error"
 	}
@@ -357,11 +357,25 @@ func startHostile(ctx context.Context, base, wsURL, tok, door string, frames int
 
 // demoFrame is a run frame of thread threadID asking the demo agent for demo (its options).
 func demoFrame(threadID, runID, demo string) []byte {
-	b, _ := json.Marshal(map[string]any{
+	b, _ := json.Marshal(demoInput(threadID, runID, demo))
+	return b
+}
+
+func demoInput(threadID, runID, demo string) map[string]any {
+	return map[string]any{
 		"threadId": threadID, "runId": runID,
 		"messages":       []any{map[string]any{"id": "u1", "role": "user", "content": "hi"}},
 		"forwardedProps": map[string]any{"demo": json.RawMessage(demo)},
-	})
+	}
+}
+
+// hostileFrame is a run frame of the hostile principal: a long demo turn of its one thread,
+// started beside the thread's other turns (multitaskStrategy concurrent), so that its turns
+// run at once up to the principal's bounds instead of queueing behind each other.
+func hostileFrame(runID string) []byte {
+	in := demoInput("t", runID, hostileTurn)
+	in["multitaskStrategy"] = "concurrent"
+	b, _ := json.Marshal(in)
 	return b
 }
 
