@@ -371,8 +371,8 @@ func (a blockingAgent) Run(ctx context.Context, in *protocol.RunAgentInput, emit
 	return testAgent{}.Run(ctx, in, emit)
 }
 
-// TestAgentContextWithoutStreamingRun: a run accepted while an earlier run of its thread still
-// streams is answered without that run's unsettled reply.
+// TestAgentContextWithoutStreamingRun: a run started beside an earlier run of its thread that
+// still streams (multitaskStrategy concurrent) is answered without that run's unsettled reply.
 func TestAgentContextWithoutStreamingRun(t *testing.T) {
 	model := newChatModel(t)
 	e := newEnv(t, envOptions{agent: blockingAgent{model.agent()}})
@@ -384,7 +384,7 @@ func TestAgentContextWithoutStreamingRun(t *testing.T) {
 		}
 	}
 	c2 := dial(t, e.url(), "")
-	c2.send(userFrame("r2", "u2", "user", "meanwhile"))
+	c2.send(withStrategy(userFrame("r2", "u2", "user", "meanwhile"), conversation.MultitaskConcurrent))
 	c2.untilTerminal()
 	sameMessages(t, "turn 2", model.request(1), "user: a long one", "user: meanwhile")
 	if code, body := e.abortHTTP(t, "r1", ""); code != http.StatusOK {

@@ -72,11 +72,13 @@ func TestTurnOutcomes(t *testing.T) {
 	}
 }
 
+// TestOverlappingTurns: two turns of one thread started on one socket run side by side
+// (multitaskStrategy concurrent), their frames interleaved, each whole.
 func TestOverlappingTurns(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	cl := dial(t, e.url(), "")
-	cl.send(runFrame("a", script{Tokens: 5, IntervalMs: 20}))
-	cl.send(runFrame("b", script{Tokens: 5, IntervalMs: 20}))
+	cl.send(withStrategy(runFrame("a", script{Tokens: 5, IntervalMs: 20}), conversation.MultitaskConcurrent))
+	cl.send(withStrategy(runFrame("b", script{Tokens: 5, IntervalMs: 20}), conversation.MultitaskConcurrent))
 	perRun := map[string][]frame{}
 	markers, terminals := 0, 0
 	for terminals < 2 {
@@ -435,8 +437,11 @@ func TestResumeOnAnotherGateway(t *testing.T) {
 	}
 }
 
+// TestShutdown: a Shutdown drains the turn that ends within its context and stops the one
+// that does not, both running when it starts (the gateway runs a thread's turns side by side:
+// --multitask concurrent), and closes every socket 1012.
 func TestShutdown(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, envOptions{multitask: conversation.MultitaskConcurrent})
 	short := dial(t, e.url(), "")
 	short.send(runFrame("drains", script{Tokens: 10, IntervalMs: 30}))
 	short.untilN(t, 3)
@@ -508,12 +513,14 @@ func TestSlowConsumer(t *testing.T) {
 	}
 }
 
-// TestManyConversations runs 200 conversations at once; each drops its socket mid-turn and
-// resumes once from its last offset. Every client must see its whole turn, once.
+// TestManyConversations runs 200 conversations at once, turns of one thread running side by
+// side (--multitask concurrent); each drops its socket mid-turn and resumes once from its
+// last offset. Every client must see its whole turn, once.
 func TestManyConversations(t *testing.T) {
 	const n = 200
 	const tokens = 20
-	e := newEnv(t, envOptions{maxSockets: 2 * n}) // one principal: a socket and a resume each
+	// One principal: a socket and a resume each.
+	e := newEnv(t, envOptions{maxSockets: 2 * n, multitask: conversation.MultitaskConcurrent})
 	var wg sync.WaitGroup
 	errs := make(chan error, n)
 	for i := range n {

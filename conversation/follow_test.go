@@ -96,7 +96,8 @@ func sameRun(t testing.TB, what string, got, log []frame) {
 // follower receives each run of the thread, started on either gateway, from any socket or
 // from HTTP, from its first event to its terminal, once and in order, with its runId; a run
 // running when the follow arrives is delivered from its start; the socket that started a
-// run does not receive it twice; three runs at once all arrive complete.
+// run does not receive it twice; three runs at once (multitaskStrategy concurrent) all arrive
+// complete.
 func TestFollowAcrossGateways(t *testing.T) {
 	e1 := newEnv(t, envOptions{})
 	e2 := newEnv(t, envOptions{natsURL: e1.store.ClientURL()})
@@ -156,10 +157,10 @@ func TestFollowAcrossGateways(t *testing.T) {
 
 	// Three runs at once: two sockets on two gateways and a POST on the thread's runs.
 	s1, s2 := dial(t, e1.url(), ""), dial(t, e2.url(), "")
-	s1.send(threadRunFrame("T", "r4", script{Tokens: 30, IntervalMs: 10}))
-	s2.send(threadRunFrame("T", "r5", script{Tokens: 30, IntervalMs: 10}))
+	s1.send(withStrategy(threadRunFrame("T", "r4", script{Tokens: 30, IntervalMs: 10}), conversation.MultitaskConcurrent))
+	s2.send(withStrategy(threadRunFrame("T", "r5", script{Tokens: 30, IntervalMs: 10}), conversation.MultitaskConcurrent))
 	resp, err := http.Post(e1.http.URL+"/api/threads/T/runs", "application/json",
-		strings.NewReader(`{"runId":"r6","messages":[{"id":"u","role":"user","content":"x"}],"forwardedProps":{"test":{"tokens":30,"intervalMs":10}}}`))
+		strings.NewReader(`{"runId":"r6","messages":[{"id":"u","role":"user","content":"x"}],"forwardedProps":{"test":{"tokens":30,"intervalMs":10}},"multitaskStrategy":"concurrent"}`))
 	if err != nil {
 		t.Fatal(err)
 	}

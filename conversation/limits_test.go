@@ -189,8 +189,8 @@ func TestMaxSocketsPerPrincipal(t *testing.T) {
 	if code, _, _ := dialStatus(t, e.url(), "p2"); code != http.StatusSwitchingProtocols {
 		t.Errorf("p2's socket: status %d, want 101", code)
 	}
-	// The sockets already open still serve.
-	second.send(runFrame("ok", script{Tokens: 1}))
+	// The sockets already open still serve (a turn of another thread than the held one's).
+	second.send(threadRunFrame("other", "ok", script{Tokens: 1}))
 	if got := summary(second.untilTerminal()); got != tokenTurn(1) {
 		t.Errorf("turn on a held socket = %s, want %s", got, tokenTurn(1))
 	}

@@ -116,8 +116,9 @@ func TestMultitaskReject(t *testing.T) {
 	}
 }
 
-// TestMultitaskEnqueue (THREADS.md section 6): runs sent with enqueue while a run of their
-// thread streams, from three sockets on two gateways, are accepted at once (run.accepted,
+// TestMultitaskEnqueue (THREADS.md section 6): runs sent with enqueue (named, or the default
+// of a gateway whose Config.Multitask is enqueue or empty) while a run of their thread
+// streams, from four sockets on two gateways, are accepted at once (run.accepted,
 // then run.queued with how many runs are ahead), start one after another in order of
 // acceptance, and each agent answers in the context of the runs before it; a queued run
 // aborted leaves the queue with RUN_ERROR aborted, never reaching the model, and the thread.
@@ -145,11 +146,11 @@ func TestMultitaskEnqueue(t *testing.T) {
 	c := dial(t, e1.url(), "")
 	c.send(withStrategy(userFrame("r3", "u3", "user", "third"), "enqueue"))
 	queued(c, "r3", 2)
-	d := dial(t, e2.url(), "")
+	d := dial(t, e1.url(), "") // Config.Multitask is empty: the default is enqueue
 	d.send(userFrame("r4", "u4", "user", "never"))
 	queued(d, "r4", 3)
 	d.send(abortFrame("r4"))
-	e2.waitClosed(t, "r4")
+	e1.waitClosed(t, "r4")
 	if log, _ := e1.resume(t, "r4", "-1"); summary(log) != "CUSTOM:run.accepted CUSTOM:run.queued RUN_ERROR:aborted" {
 		t.Errorf("log of r4, aborted while queued: %s", summary(log))
 	}

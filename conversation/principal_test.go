@@ -19,12 +19,14 @@ import (
 
 // startAs starts a turn of runID as principal through a door: "ws" (a run frame on sock),
 // "sse", "ndjson", "agui" (a POST, whose client walks away once the turn has begun) or
-// "thread" (POST /api/threads/thread-1/runs). A turn it started is aborted when the test
+// "thread" (POST /api/threads/thread-1/runs). Its turns run side by side in their thread
+// (multitaskStrategy concurrent). A turn it started is aborted when the test
 // ends. It returns what the door answered: "started", or the
 // refusal ("RUN_ERROR limit_exceeded: <message>" on the socket, "<status> <body>" over HTTP).
 func (e *env) startAs(t *testing.T, door, principal, runID string, sock *client) string {
 	t.Helper()
 	blocked := script{Tokens: 1, Block: true}
+	frame := withStrategy(runFrame(runID, blocked), conversation.MultitaskConcurrent)
 	t.Cleanup(func() { // the Server's Shutdown would wait for the blocked turn
 		resp := e.httpDo(t, http.MethodPost, "/api/runs/"+runID+"/abort", nil, http.Header{"X-Principal": {principal}})
 		resp.Body.Close()
@@ -36,7 +38,7 @@ func (e *env) startAs(t *testing.T, door, principal, runID string, sock *client)
 	}
 	switch door {
 	case "ws":
-		sock.send(runFrame(runID, blocked))
+		sock.send(frame)
 		f := sock.next(10 * time.Second)
 		var ev struct{ Name, Code, Message string }
 		json.Unmarshal(f.Event, &ev)
@@ -46,7 +48,7 @@ func (e *env) startAs(t *testing.T, door, principal, runID string, sock *client)
 		}
 		return fmt.Sprintf("%s %s: %s", f.Type, ev.Code, ev.Message)
 	case "thread":
-		resp := e.httpDo(t, http.MethodPost, "/api/threads/thread-1/runs", runFrame(runID, blocked), h)
+		resp := e.httpDo(t, http.MethodPost, "/api/threads/thread-1/runs", frame, h)
 		if resp.StatusCode == http.StatusAccepted {
 			return "started"
 		}
@@ -54,7 +56,7 @@ func (e *env) startAs(t *testing.T, door, principal, runID string, sock *client)
 	}
 	path := map[string]string{"sse": "/api/chat", "ndjson": "/api/chat/ndjson", "agui": "/agui"}[door]
 	h.Set("X-Run-Id", runID)
-	resp := e.httpDo(t, http.MethodPost, path, runFrame(runID, blocked), h)
+	resp := e.httpDo(t, http.MethodPost, path, frame, h)
 	defer resp.Body.Close() // the client walks away; the turn goes on
 	if resp.StatusCode != http.StatusOK {
 		return answer(resp)

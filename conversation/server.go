@@ -183,10 +183,10 @@ type Config struct {
 	// that fit. 0: no bound.
 	AgentHistoryBytes int
 	// Multitask is the multitaskStrategy of a run that names none (THREADS.md section 6),
-	// while another run of its thread is active: MultitaskConcurrent (the default: it starts
-	// beside them), MultitaskEnqueue (it waits for the earlier runs to end),
-	// MultitaskInterrupt (it interrupts the running ones and waits for them to end) or
-	// MultitaskReject (refused with thread_busy).
+	// while another run of its thread is active: MultitaskEnqueue (the default: it waits for
+	// the earlier runs to end), MultitaskInterrupt (it interrupts the running ones and waits
+	// for them to end), MultitaskReject (refused with thread_busy) or MultitaskConcurrent
+	// (it starts beside them).
 	Multitask string
 	// Principal names the caller of a request; an error refuses the upgrade with 401. Default:
 	// every request is DefaultPrincipal.

@@ -355,7 +355,7 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 		srv.cfg.Metrics.LimitRefused(metrics.LimitTokenBudget)
 		refused = &turn.Refusal{Code: CodeBudgetExceeded, Message: MsgBudgetExceeded}
 	}
-	strategy := cmp.Or(req.in.MultitaskStrategy, srv.cfg.Multitask, MultitaskConcurrent)
+	strategy := cmp.Or(req.in.MultitaskStrategy, srv.cfg.Multitask, MultitaskEnqueue)
 	ctx, span := srv.startTurnSpan(req)
 	if req.prev != nil {
 		srv.endPrevious(req.prev, log)

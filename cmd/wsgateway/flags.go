@@ -269,7 +269,7 @@ var serveFlags = []serveFlag{
 		return nil
 	}},
 	{"agent-history-bytes", "512KiB", "bytes of JSON of the thread's messages the agent is given: its leading system and developer messages, then the newest messages that fit, the newest one always; the cut is logged at debug level; 0: no bound", sizeSetter(0, func(c *serveConfig) *int64 { return &c.agentHistoryBytes })},
-	{"multitask", conversation.MultitaskConcurrent, "what a run that names no multitaskStrategy does while another run of its thread is active: concurrent (it starts beside them), enqueue (it is accepted at once and starts when the earlier runs have ended, in order), interrupt (as enqueue, and the running ones end RUN_ERROR code interrupted, their partial replies kept), rollback (as interrupt, and their messages leave the thread) or reject (it is refused, RUN_ERROR code thread_busy, HTTP 409)", func(c *serveConfig, v string) error {
+	{"multitask", conversation.MultitaskEnqueue, "what a run that names no multitaskStrategy does while another run of its thread is active: enqueue (it is accepted at once and starts when the earlier runs have ended, in order), interrupt (as enqueue, and the running ones end RUN_ERROR code interrupted, their partial replies kept), rollback (as interrupt, and their messages leave the thread), reject (it is refused, RUN_ERROR code thread_busy, HTTP 409) or concurrent (it starts beside them)", func(c *serveConfig, v string) error {
 		if !slices.Contains(protocol.MultitaskStrategies, v) {
 			return fmt.Errorf("want one of %s", strings.Join(protocol.MultitaskStrategies, ", "))
 		}

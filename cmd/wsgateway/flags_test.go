@@ -62,7 +62,7 @@ func TestParseServeDefaults(t *testing.T) {
 	want.agentConnectTimeout, want.agentFirstEvent, want.agentGapTimeout = 10*time.Second, time.Minute, time.Minute
 	want.agentTurnTimeout, want.agentAPIKeyEnv = 30*time.Minute, "OPENAI_API_KEY"
 	want.agentHistoryBytes = 512 << 10
-	want.multitask = "concurrent"
+	want.multitask = "enqueue"
 	want.maxPrincipalTurns, want.principalTurnRate, want.principalTurnBurst = 32, 10, 40
 	want.maxPrincipalHydrates, want.maxPrincipalReaders = 8, 16
 	want.tokenBudgetPeriod, want.usageRetention = 24*time.Hour, 90*24*time.Hour
@@ -100,7 +100,7 @@ func TestParseServe(t *testing.T) {
 		{"agui path", []string{"--agui-path", "/v1/agui"}, nil, func(c serveConfig) bool { return c.aguiPath == "/v1/agui" }},
 		{"agent history", []string{"--agent-history", "client", "--agent-history-bytes", "0"}, nil,
 			func(c serveConfig) bool { return c.agentHistoryClient && c.agentHistoryBytes == 0 }},
-		{"multitask", []string{"--multitask", "enqueue"}, nil, func(c serveConfig) bool { return c.multitask == "enqueue" }},
+		{"multitask", []string{"--multitask", "concurrent"}, nil, func(c serveConfig) bool { return c.multitask == "concurrent" }},
 		{"agui path off", nil, map[string]string{"WSGATEWAY_AGUI_PATH": ""}, func(c serveConfig) bool { return c.aguiPath == "" }},
 		{"debug port on loopback", []string{"--debug-addr", "6060"}, nil,
 			func(c serveConfig) bool { return c.debugAddr == "127.0.0.1:6060" }},
