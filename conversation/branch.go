@@ -76,12 +76,12 @@ func (srv *Server) serveBranch(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, ans)
 }
 
-// finishEnded finishes the thread of the principal's run runID if its log is closed, and
-// reports whether it did.
+// finishEnded finishes the thread of the principal's run runID if its log holds its end,
+// and reports whether it did.
 func (srv *Server) finishEnded(ctx context.Context, principal, threadID, runID string) bool {
 	entries, closed, err := srv.cfg.Store.Snapshot(ctx, principal, runID)
 	defer srv.charge(entries)()
-	if err != nil || !closed {
+	if err != nil || !threadstore.LogEnded(entries, closed) {
 		return false
 	}
 	if err := srv.cfg.Threads.FinishRun(ctx, principal, threadID, runID, threadstore.Events(entries)); err != nil {

@@ -714,7 +714,7 @@ func (s *Store) finishAnswered(ctx context.Context, key string, t *Thread, runID
 			continue
 		}
 		entries, closed, err := s.runs.Snapshot(ctx, t.Principal, id)
-		if err != nil || !closed {
+		if err != nil || !LogEnded(entries, closed) {
 			continue
 		}
 		if err := s.finishIn(ctx, key, t, r, Events(entries)); err != nil {
@@ -818,6 +818,19 @@ func (s *Store) finishReaped(ctx context.Context, info jetstream.RunInfo) error 
 		return err
 	}
 	return s.FinishRun(ctx, info.Principal, info.ThreadID, info.RunID, Events(entries))
+}
+
+// LogEnded reports whether a run's log, as a Snapshot read it, holds the run's end: it is
+// closed, or its last event is a terminal (stored before the close that follows it).
+func LogEnded(entries []jetstream.Entry, closed bool) bool {
+	if closed {
+		return true
+	}
+	if len(entries) == 0 {
+		return false
+	}
+	_, ok := protocol.EndOf(entries[len(entries)-1].Event)
+	return ok
 }
 
 // Events returns the events of entries.
