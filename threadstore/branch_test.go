@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/wsgateway/wsgateway/protocol"
@@ -237,5 +239,45 @@ func TestBranchSwitchPaused(t *testing.T) {
 	}
 	if _, err := s.SwitchBranch(ctx, "alice", "T", "a-r2"); err != nil {
 		t.Fatalf("a switch to the branch shown: %v", err)
+	}
+}
+
+// BenchmarkSwitchBranch: a switch between the two branches of a 300-turn thread that forked
+// at turn fork (a regenerate of that turn's reply): what moves is the fork's message and
+// every message after it, on both branches.
+func BenchmarkSwitchBranch(b *testing.B) {
+	for _, fork := range []int{295, 150, 10} {
+		b.Run("fork at turn "+strconv.Itoa(fork), func(b *testing.B) {
+			s := openStore(b, testConfig(b))
+			ctx := context.Background()
+			longThread(b, s, "T", 0, 300, func(k int, ids []string) []string { return ids[len(ids)-1:] })
+			// The list up to the question answered again (its last two messages: a lone
+			// message the head does not know is taken as new).
+			q := fmt.Sprintf(`{"id":"a-r%d","role":"assistant","content":"re: question %d"},{"id":"ur%d","role":"user","content":"question %d"}`, fork-1, fork-1, fork, fork)
+			if _, err := s.AcceptRun(ctx, "alice", "T", "regen", json.RawMessage(`{"messages":[`+q+`]}`), nil, Overlap{}); err != nil {
+				b.Fatal(err)
+			}
+			if err := s.FinishRun(ctx, "alice", "T", "regen", turnEvents("T", "regen", "again")); err != nil {
+				b.Fatal(err)
+			}
+			waitSealed(b, s)
+			targets := []string{fmt.Sprintf("a-r%d", fork), "a-regen"}
+			i := 0
+			for b.Loop() {
+				if _, err := s.SwitchBranch(ctx, "alice", "T", targets[i%2]); err != nil {
+					b.Fatal(err)
+				}
+				waitSealed(b, s)
+				i++
+			}
+			// The branch shown last holds its own messages to its leaf.
+			want := 2*fork + 2 // through the fork's turn and its regenerated reply
+			if i%2 == 1 {
+				want = 600
+			}
+			if got := len(pageAll(b, s, "T", 0)); got != want {
+				b.Fatalf("after %d switches the thread shows %d messages, want %d", i, got, want)
+			}
+		})
 	}
 }

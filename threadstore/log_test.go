@@ -24,7 +24,7 @@ func waitSealed(tb testing.TB, s *Store) {
 
 // longThread runs turns one after the other on the principal's thread T, each run posting
 // what post returns, and returns the ids of the thread's messages in order.
-func longThread(t *testing.T, s *Store, threadID string, from, turns int, post func(k int, ids []string) []string) []string {
+func longThread(t testing.TB, s *Store, threadID string, from, turns int, post func(k int, ids []string) []string) []string {
 	t.Helper()
 	ctx := context.Background()
 	var ids []string
@@ -54,7 +54,7 @@ func longThread(t *testing.T, s *Store, threadID string, from, turns int, post f
 }
 
 // pageAll pages the thread back, limit messages a page, and returns the ids in order.
-func pageAll(t *testing.T, s *Store, threadID string, limit int) []string {
+func pageAll(t testing.TB, s *Store, threadID string, limit int) []string {
 	t.Helper()
 	ctx := context.Background()
 	th, err := s.Thread(ctx, "alice", threadID)
