@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/threadstore"
 )
 
@@ -67,9 +66,6 @@ func (srv *Server) serveBranch(w http.ResponseWriter, r *http.Request) {
 		srv.log.Warn("switching a thread's branch", slog.String(keyErr, err.Error()))
 		writeJSONError(w, http.StatusServiceUnavailable, "thread store unavailable")
 		return
-	}
-	if err := srv.cfg.Store.Announce(srv.cfg.Store.ThreadKey(principal, threadID), jetstream.Announcement{Branch: req.MessageID}); err != nil {
-		srv.log.Warn("announcing a thread's branch", slog.String(keyErr, err.Error()))
 	}
 	ans, release := srv.hydrateAnswer(ctx, principal, threadID, t, pageLimit(r), "")
 	defer release()

@@ -164,8 +164,9 @@ func TestWebQueue(t *testing.T) {
 }
 
 // TestWebBranches (THREADS.md section 7): Regenerate on the last reply, twice, answers the
-// message again each time and shows ‹ 3 / 3 ›; ‹ switches to the second reply (‹ 2 / 3 ›),
-// and a second page on the thread shows the same branch without a reload.
+// message again each time and shows ‹ 3 / 3 ›, on a second page on the thread too (the new
+// reply in place of the old, not below it); ‹ switches to the second reply (‹ 2 / 3 ›), and
+// the second page shows the same branch, all without a reload.
 func TestWebBranches(t *testing.T) {
 	g := startGateway(t)
 	browser := startBrowser(t)
@@ -184,8 +185,10 @@ func TestWebBranches(t *testing.T) {
 		p1.waitFor(fmt.Sprintf("the reply of %d tokens", tokens), fmt.Sprintf(
 			`document.querySelectorAll("#conversation .turn").length === 1 && document.querySelector("#conversation .turn").dataset.status === "done" && document.querySelector("#conversation .turn [data-role=assistant-text]")?.textContent === %q`, tokensReply(tokens)))
 	}
-	p1.waitFor("‹ 3 / 3 ›", branchJS+` === "3 / 3"`)
-	if got := p1.turn(0); got.User != "hello" || got.Reply != tokensReply(5) {
+	third := fmt.Sprintf(`%s === "3 / 3" && document.querySelectorAll("#conversation .turn").length === 1 && document.querySelector("#conversation .turn [data-role=assistant-text]")?.textContent === %q`, branchJS, tokensReply(5))
+	p1.waitFor("‹ 3 / 3 › with the third reply", third)
+	p2.waitFor("page 2 to show the regenerated reply in place, ‹ 3 / 3 ›", third)
+	if got := p1.turn(0); got.User != "hello" {
 		t.Fatalf("after two regenerates the page shows %+v", got)
 	}
 	p1.do(chromedp.Click(chromedp.CSS("#conversation .turn:last-child [data-role=branch-prev]")))

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/thread"
 )
 
@@ -45,19 +46,27 @@ func (t *Thread) fork(after string) *Fork {
 }
 
 // keepCut writes what the run's acceptance cut from t's transcript (thread.Transcript.Cut) as
-// a branch of t, beside the one the run continues.
-func (s *Store) keepCut(ctx context.Context, key string, t *Thread) error {
+// a branch of t, beside the one the run continues, and reports whether there was one.
+func (s *Store) keepCut(ctx context.Context, key string, t *Thread) (bool, error) {
 	c := t.Transcript.Cut
 	t.Transcript.Cut = nil
 	if c == nil || len(c.Messages) == 0 {
-		return nil
+		return false, nil
 	}
 	ref, err := s.writeRecord(ctx, key, &threadRecord{Messages: c.Messages}, 0)
 	if err != nil {
-		return fmt.Errorf("thread: keeping a branch: %w", err)
+		return false, fmt.Errorf("thread: keeping a branch: %w", err)
 	}
 	t.stash(c.After, c.Messages[0].ID, ref)
-	return nil
+	return true, nil
+}
+
+// announceBranch tells the thread's followers, on every gateway, that its active branch is
+// now the one holding messageID (a thread.branch frame).
+func (s *Store) announceBranch(principal, threadID, messageID string) {
+	if err := s.runs.Announce(s.runs.ThreadKey(principal, threadID), jetstream.Announcement{Branch: messageID}); err != nil {
+		s.log.Warn("threadstore: announcing a thread's branch", keyErr, err)
+	}
 }
 
 // stash names ref as the record of the branch that starts with first after the message
@@ -204,8 +213,9 @@ func (s *Store) SwitchBranch(ctx context.Context, principal, threadID, messageID
 	if err != nil {
 		return nil, err
 	}
-	if settled != nil {
+	if settled != nil { // changed
 		s.sealLater(principal, threadID, settled)
+		s.announceBranch(principal, threadID, messageID)
 	}
 	return written, nil
 }

@@ -141,6 +141,9 @@ type ThreadRun struct {
 	// it back); Rollback, for a queued run, the runs it rolls back when it starts.
 	Added    []string `json:"added,omitempty"`
 	Rollback []string `json:"rollback,omitempty"`
+	// Forked is set for a run whose acceptance kept what it replaced as a branch (a
+	// regenerate, an edit): its finish tells the thread's followers (a thread.branch frame).
+	Forked bool `json:"forked,omitempty"`
 }
 
 // Thread is what the store keeps of (principal, threadId) under its key: its head (runs,
@@ -600,11 +603,12 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 		if err := t.Transcript.Accept(runID, input); err != nil {
 			return false, err
 		}
-		if err := s.keepCut(ctx, key, t); err != nil {
+		forked, err := s.keepCut(ctx, key, t)
+		if err != nil {
 			return false, err
 		}
 		t.settleForks()
-		started := ThreadRun{RunID: runID, State: ThreadRunRunning, Started: now}
+		started := ThreadRun{RunID: runID, State: ThreadRunRunning, Started: now, Forked: forked}
 		for _, m := range t.Transcript.Messages {
 			if !known[m.ID] {
 				started.Added = append(started.Added, m.ID)
@@ -637,8 +641,9 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 // deleted).
 func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error {
 	var settled *Thread
+	var leaf string // a forked run's: the active branch's newest message
 	err := s.updateThread(ctx, principal, threadID, nil, func(t *Thread, exists bool) (bool, error) {
-		settled = nil
+		settled, leaf = nil, ""
 		r := t.run(runID)
 		if !exists || r == nil || !active(r.State) {
 			return false, nil
@@ -649,8 +654,12 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 			t.Updated = r.Ended
 			return true, nil
 		}
+		forked := r.Forked
 		if err := s.finishIn(ctx, threadKey(principal, threadID), t, r, events); err != nil {
 			return false, err
+		}
+		if n := len(t.Transcript.Messages); forked && n > 0 {
+			leaf = t.Transcript.Messages[n-1].ID
 		}
 		// What the finish settled, as written: the next updates change t.
 		settled = &Thread{ThreadHead: t.ThreadHead, Sealed: t.Sealed, Forks: cloneForks(t.Forks)}
@@ -663,6 +672,9 @@ func (s *Store) FinishRun(ctx context.Context, principal, threadID, runID string
 	})
 	if err == nil && settled != nil {
 		s.sealLater(principal, threadID, settled)
+	}
+	if err == nil && leaf != "" {
+		s.announceBranch(principal, threadID, leaf)
 	}
 	return err
 }
@@ -738,7 +750,7 @@ func (t *Thread) rollBack(rollback []string, now time.Time) {
 		if r.State == ThreadRunRunning {
 			r.State, r.Code, r.Ended = ThreadRunError, protocol.CodeInterrupted, now
 		}
-		r.Added = nil
+		r.Added, r.Forked = nil, false
 	}
 }
 
@@ -755,6 +767,7 @@ func (t *Thread) rolledBack(runID string) bool {
 func (s *Store) finishIn(ctx context.Context, key string, t *Thread, r *ThreadRun, events []json.RawMessage) error {
 	if t.rolledBack(r.RunID) {
 		t.Transcript.Withdraw(r.RunID, r.Added)
+		r.Forked = false
 		r.State, r.Code = endState(events)
 		r.Ended = time.Now().UTC()
 		t.Updated = r.Ended
@@ -771,6 +784,7 @@ func (s *Store) finishIn(ctx context.Context, key string, t *Thread, r *ThreadRu
 		return err
 	}
 	t.settleForks()
+	r.Forked = false
 	r.State, r.Code = endState(events)
 	r.Ended = time.Now().UTC()
 	t.Updated = r.Ended

@@ -220,7 +220,7 @@ const conversation = new Conversation({
 		if (wasRunning !== view.running) {
 			saveThread();
 			refreshComposer();
-			showRegenerated(view);
+			showBranchChanged();
 		}
 		followReply();
 	},
@@ -231,7 +231,7 @@ const conversation = new Conversation({
 		saveThread();
 		refreshComposer();
 		refreshThreads();
-		showRegenerated(view);
+		showBranchChanged();
 	},
 	onFail(runId, message, code) {
 		const view = views.get(runId);
@@ -262,8 +262,11 @@ const conversation = new Conversation({
 		return true;
 	},
 	onBranch({ threadId }) {
-		// Another device chose another branch of this thread: shown as the server keeps it.
-		if (threadId === thread.threadId && !runningView()) showThread(threadId);
+		// The thread's active branch changed (a regenerate's reply ended, a switch on any
+		// device): shown as the server keeps it, once no turn of this page runs.
+		if (threadId !== thread.threadId) return;
+		if (runningView()) branchChanged = true;
+		else showThread(threadId);
 	},
 	onState(state) {
 		connection.dataset.state = state;
@@ -325,10 +328,13 @@ function answerApproval(view, approved) {
 	scrollToEnd();
 }
 
-/** showRegenerated shows the thread as the server keeps it, with ‹ i / n ›, once a regenerated reply ended. */
-function showRegenerated(view) {
-	if (view.regenerated && !view.running && !runningView()) {
-		view.regenerated = false;
+/** branchChanged is set when the thread's active branch changed while a turn of this page ran. */
+let branchChanged = false;
+
+/** showBranchChanged shows the thread as the server keeps it once no turn runs, if its branch changed meanwhile. */
+function showBranchChanged() {
+	if (branchChanged && !runningView()) {
+		branchChanged = false;
 		showThread(thread.threadId);
 	}
 }
@@ -345,9 +351,7 @@ function regenerate(view) {
 	thread.views.pop();
 	views.delete(view.runId);
 	const runId = randomId("run");
-	const next = new TurnView({ runId, user });
-	next.regenerated = true;
-	addView(next);
+	addView(new TurnView({ runId, user }));
 	saveThread();
 	conversation.start({ threadId: thread.threadId, runId, messages, tools: [], context: [], forwardedProps: { demo: demoOptions() } });
 	refreshComposer();
