@@ -154,10 +154,6 @@ func IsRunQueued(event []byte) bool { return bytes.HasPrefix(event, runQueuedPre
 // runQueuedPrefix is how every event RunQueued makes begins.
 var runQueuedPrefix = []byte(`{"type":"CUSTOM","name":"` + RunQueuedName + `",`)
 
-// CodeInterrupted is the RUN_ERROR code of a run that a later run of its thread interrupted
-// (multitaskStrategy interrupt and rollback, THREADS.md section 6).
-const CodeInterrupted = "interrupted"
-
 // ThreadBranchName is the CUSTOM event name of the frame a thread's followers get when its
 // active branch switches (THREADS.md section 7).
 const ThreadBranchName = "thread.branch"

@@ -90,20 +90,29 @@ func recordKey(key string) string { return key + ".r" }
 
 // sealable returns how many of t's first messages have settled: every message, but for
 // those a later update may change: from a running run's anchor on (its reply goes right
-// after it), every one while interrupts are pending or answers wait (an approval changes the
-// call that asked), and from a call that waits for its client tool's result on.
+// after it) and from the first message its acceptance added (a rollback takes them out),
+// every one while interrupts are pending or answers wait (an approval changes the call that
+// asked), and from a call that waits for its client tool's result on.
 func sealable(t *Thread) int {
 	tr := &t.Transcript
 	if tr.Interrupts != nil || len(tr.Late) > 0 || len(tr.Answered) > 0 {
 		return 0
 	}
 	cut := len(tr.Messages)
+	index := func(id string) int {
+		return slices.IndexFunc(tr.Messages, func(m thread.Message) bool { return m.ID == id })
+	}
 	for _, a := range tr.Anchors {
-		if a.After == "" {
-			continue // the reply goes first: before every hot message
+		if a.After != "" { // "": the reply goes first, before every hot message
+			cut = min(cut, max(index(a.After), 0))
 		}
-		at := slices.IndexFunc(tr.Messages, func(m thread.Message) bool { return m.ID == a.After })
-		cut = min(cut, max(at, 0))
+	}
+	for _, r := range t.Runs {
+		if len(r.Added) > 0 {
+			if at := index(r.Added[0]); at >= 0 {
+				cut = min(cut, at)
+			}
+		}
 	}
 	for i, m := range tr.Messages[:cut] {
 		for _, p := range m.Parts {

@@ -615,7 +615,9 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 			}
 		}
 		if r := t.run(runID); r != nil {
-			t.rollBack(r.Rollback, now)
+			if err := s.rollBack(ctx, principal, key, t, r.Rollback); err != nil {
+				return false, err
+			}
 			*r = started
 		} else {
 			t.Runs = append(t.Runs, started)
@@ -736,22 +738,33 @@ func (s *Store) finishAnswered(ctx context.Context, key string, t *Thread, runID
 	return nil
 }
 
-// rollBack withdraws the runs rollback names (a starting run's, queued with
-// multitaskStrategy rollback) from t's transcript: those still running (their finish has
-// not landed), and again the messages of those whose finish withdrew them (the run
-// starting may have posted them once more).
-func (t *Thread) rollBack(rollback []string, now time.Time) {
+// rollBack finishes the runs rollback names (a starting run's, queued with
+// multitaskStrategy rollback) whose finish has not reached t yet, from their logs, which
+// withdraws those that ended with RUN_ERROR (finishIn); then it takes the messages of the
+// withdrawn ones out again (the run starting may have posted them once more).
+func (s *Store) rollBack(ctx context.Context, principal, key string, t *Thread, rollback []string) error {
 	for _, id := range rollback {
 		r := t.run(id)
 		if r == nil {
 			continue
 		}
-		t.Transcript.Withdraw(id, r.Added)
 		if r.State == ThreadRunRunning {
-			r.State, r.Code, r.Ended = ThreadRunError, protocol.CodeInterrupted, now
+			entries, closed, err := s.runs.Snapshot(ctx, principal, id)
+			if err != nil {
+				return fmt.Errorf("thread: reading a run rolled back: %w", err)
+			}
+			if LogEnded(entries, closed) {
+				if err := s.finishIn(ctx, key, t, r, Events(entries)); err != nil {
+					return err
+				}
+			}
 		}
-		r.Added, r.Forked = nil, false
+		if len(r.Added) > 0 && r.State == ThreadRunError {
+			t.Transcript.Withdraw(id, r.Added)
+			r.Added = nil
+		}
 	}
+	return nil
 }
 
 // rolledBack reports whether a queued run of t rolls runID back.
@@ -762,10 +775,11 @@ func (t *Thread) rolledBack(runID string) bool {
 }
 
 // finishIn applies the ended run r's events to t and records how it ended; a run that a
-// queued run rolls back is withdrawn instead, its messages kept in r.Added for that run's
-// start.
+// queued run rolls back, and that ended with RUN_ERROR (a run that finished before the
+// rollback reached it keeps its reply), is withdrawn instead, its messages kept in r.Added
+// for that run's start.
 func (s *Store) finishIn(ctx context.Context, key string, t *Thread, r *ThreadRun, events []json.RawMessage) error {
-	if t.rolledBack(r.RunID) {
+	if state, _ := endState(events); state == ThreadRunError && t.rolledBack(r.RunID) {
 		t.Transcript.Withdraw(r.RunID, r.Added)
 		r.Forked = false
 		r.State, r.Code = endState(events)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -447,5 +448,67 @@ func TestAcceptRunQueued(t *testing.T) {
 	var busy *BusyError
 	if !errors.As(err, &busy) {
 		t.Fatalf("AcceptRun beyond MaxQueued = %v, want a BusyError", err)
+	}
+}
+
+// TestAcceptRunRollback: a run queued with Overlap.Rollback takes the runs running before it
+// out of the transcript when they end with RUN_ERROR (their messages, their partial reply),
+// whether their finish lands before it starts or not; a run that finished before the
+// rollback reached it keeps its reply.
+func TestAcceptRunRollback(t *testing.T) {
+	for _, tc := range []struct {
+		name        string
+		end         string // r1's terminal
+		finishFirst bool   // r1's finish lands before r2 starts
+		want        string
+	}{
+		{"interrupted, finish first", `{"type":"RUN_ERROR","message":"interrupted","code":"interrupted"}`, true, "u-r0 a-r0 u-r2"},
+		{"interrupted, finish after", `{"type":"RUN_ERROR","message":"interrupted","code":"interrupted"}`, false, "u-r0 a-r0 u-r2"},
+		{"finished before the rollback", `{"type":"RUN_FINISHED","threadId":"T","runId":"r1"}`, true, "u-r0 a-r0 u-r1 a-r1 u-r2"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := openStore(t, testConfig(t))
+			ctx := context.Background()
+			runTurn(t, s, "T", "r0", string(turnInput("T", "r0", "u-r0", "zero")), "zero")
+			w, err := s.runs.Create(ctx, "alice", "r1", "T")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { w.Close(context.Background()) })
+			events := append(turnEvents("T", "r1", "one")[:4], json.RawMessage(tc.end))
+			var raw [][]byte
+			for _, e := range events {
+				raw = append(raw, e)
+			}
+			ended := map[string]bool{}
+			rollback := Overlap{Ended: func(_ context.Context, runID string) (bool, error) { return ended[runID], nil }, Queue: true, Rollback: true}
+			if _, err := s.AcceptRun(ctx, "alice", "T", "r1", turnInput("T", "r1", "u-r1", "one"), nil, Overlap{}); err != nil {
+				t.Fatal(err)
+			}
+			// r2 posts r1's message again, as a client posting the whole transcript does.
+			r2 := json.RawMessage(`{"messages":[{"id":"u-r1","role":"user","content":"one"},{"id":"u-r2","role":"user","content":"two"}]}`)
+			if th, err := s.AcceptRun(ctx, "alice", "T", "r2", r2, nil, rollback); err != nil || th.RunState("r2") != ThreadRunQueued {
+				t.Fatalf("r2 beside a running r1: %v, want queued", err)
+			}
+			mustAppend(t, w, raw)
+			ended["r1"] = true
+			if tc.finishFirst {
+				if err := s.FinishRun(ctx, "alice", "T", "r1", events); err != nil {
+					t.Fatal(err)
+				}
+			}
+			th, err := s.AcceptRun(ctx, "alice", "T", "r2", r2, nil, rollback)
+			if err != nil || th.RunState("r2") != ThreadRunRunning {
+				t.Fatalf("r2 once r1 ended: %v, state %q", err, th.RunState("r2"))
+			}
+			if !tc.finishFirst {
+				if err := s.FinishRun(ctx, "alice", "T", "r1", events); err != nil { // late: changes nothing
+					t.Fatal(err)
+				}
+			}
+			if got := strings.Join(pageAll(t, s, "T", 0), " "); got != tc.want {
+				t.Fatalf("the thread shows %s, want %s", got, tc.want)
+			}
+		})
 	}
 }

@@ -137,7 +137,7 @@ const (
 	CodeAgentError     = "agent_error"
 	CodeViolation      = "protocol_violation"
 	CodeAborted        = "aborted"
-	CodeInterrupted    = protocol.CodeInterrupted
+	CodeInterrupted    = "interrupted"
 	CodeShutdown       = "shutdown"
 	CodeLogUnavailable = "log_unavailable"
 	CodeLimitExceeded  = "limit_exceeded"
