@@ -779,27 +779,23 @@ func (t *Thread) rolledBack(runID string) bool {
 // rollback reached it keeps its reply), is withdrawn instead, its messages kept in r.Added
 // for that run's start.
 func (s *Store) finishIn(ctx context.Context, key string, t *Thread, r *ThreadRun, events []json.RawMessage) error {
-	if state, _ := endState(events); state == ThreadRunError && t.rolledBack(r.RunID) {
+	state, code := endState(events)
+	if state == ThreadRunError && t.rolledBack(r.RunID) {
 		t.Transcript.Withdraw(r.RunID, r.Added)
-		r.Forked = false
-		r.State, r.Code = endState(events)
-		r.Ended = time.Now().UTC()
-		t.Updated = r.Ended
-		return nil
-	}
-	r.Added = nil
-	if t.Sealed != nil && slices.ContainsFunc(events, isSnapshot) {
-		// A MESSAGES_SNAPSHOT replaces the whole list: the run's finish needs it whole.
-		if err := s.unseal(ctx, key, t, 0); err != nil {
+	} else {
+		r.Added = nil
+		if t.Sealed != nil && slices.ContainsFunc(events, isSnapshot) {
+			// A MESSAGES_SNAPSHOT replaces the whole list: the run's finish needs it whole.
+			if err := s.unseal(ctx, key, t, 0); err != nil {
+				return err
+			}
+		}
+		if err := t.Transcript.Finish(r.RunID, events); err != nil {
 			return err
 		}
+		t.settleForks()
 	}
-	if err := t.Transcript.Finish(r.RunID, events); err != nil {
-		return err
-	}
-	t.settleForks()
-	r.Forked = false
-	r.State, r.Code = endState(events)
+	r.State, r.Code, r.Forked = state, code, false
 	r.Ended = time.Now().UTC()
 	t.Updated = r.Ended
 	return nil
