@@ -451,12 +451,14 @@ let showing = 0;
 /** showThread shows threadId as the server keeps it, and rejoins its running turn. */
 async function showThread(threadId) {
 	const shown = ++showing;
-	if (thread.threadId !== threadId) clearThread();
+	const again = thread.threadId === threadId; // shown anew: what is shown stays if the hydrate fails
+	if (!again) clearThread();
 	thread.threadId = threadId;
 	let hydrated;
 	try {
 		hydrated = await hydrate(threadId);
 	} catch {
+		if (again) return;
 		hydrated = { turns: [] };
 	}
 	if (thread.threadId !== threadId || shown !== showing) return; // another thread, or a newer showing, meanwhile
