@@ -568,7 +568,11 @@ func (s *Store) AcceptRun(ctx context.Context, principal, threadID, runID string
 						}
 					}
 				}
-				t.Runs = append(t.Runs, q)
+				if r := t.run(runID); r != nil {
+					*r = q // a resubmit: one entry per run, in its place, as a running one's
+				} else {
+					t.Runs = append(t.Runs, q)
+				}
 				t.Updated = now
 				return true, nil
 			}

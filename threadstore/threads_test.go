@@ -512,3 +512,45 @@ func TestAcceptRunRollback(t *testing.T) {
 		})
 	}
 }
+
+// TestAcceptRunQueuedResubmit: a run aborted while queued and sent again (its runId
+// resubmitted) is queued again in its one entry of the thread, starts once the run before it
+// ended, and the thread takes runs after it: with a second entry, left queued for ever, every
+// later run of the thread waited behind it.
+func TestAcceptRunQueuedResubmit(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	ended := map[string]bool{}
+	queue := Overlap{Ended: func(_ context.Context, runID string) (bool, error) { return ended[runID], nil }, Queue: true}
+	accept := func(runID string) *Thread {
+		t.Helper()
+		th, err := s.AcceptRun(ctx, "alice", "T", runID, turnInput("T", runID, "u-"+runID, runID), nil, queue)
+		if err != nil {
+			t.Fatalf("AcceptRun %s: %v", runID, err)
+		}
+		return th
+	}
+	finish := func(runID string, events []json.RawMessage) {
+		t.Helper()
+		if err := s.FinishRun(ctx, "alice", "T", runID, events); err != nil {
+			t.Fatalf("FinishRun %s: %v", runID, err)
+		}
+		ended[runID] = true
+	}
+	accept("r1")
+	accept("r2")
+	finish("r2", []json.RawMessage{json.RawMessage(`{"type":"RUN_ERROR","message":"aborted","code":"aborted"}`)})
+	ended["r2"] = false // sent again
+	if th := accept("r2"); th.RunState("r2") != ThreadRunQueued || len(th.Runs) != 2 {
+		t.Fatalf("r2 sent again behind a running r1: state %q, runs %+v; want queued, r1 and r2", th.RunState("r2"), th.Runs)
+	}
+	finish("r1", turnEvents("T", "r1", "r1"))
+	if th := accept("r2"); th.RunState("r2") != ThreadRunRunning {
+		t.Fatalf("r2 once r1 ended: %q, want running", th.RunState("r2"))
+	}
+	finish("r2", turnEvents("T", "r2", "r2"))
+	if th := accept("r3"); th.RunState("r3") != ThreadRunRunning || len(th.Runs) != 3 {
+		t.Fatalf("r3 once r1 and r2 ended: state %q, runs %+v; want running, three runs", th.RunState("r3"), th.Runs)
+	}
+}
