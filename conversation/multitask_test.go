@@ -3,6 +3,7 @@ package conversation_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/wsgateway/wsgateway/agent/demo"
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/threadstore"
@@ -272,5 +274,19 @@ func TestMultitaskRollbackContext(t *testing.T) {
 	sameMessages(t, "the rolling back run", model.request(3), "user: hello", "assistant: answer 1", "user: second")
 	if got := summary(a.untilTerminal()); !strings.HasSuffix(got, "RUN_ERROR:interrupted") {
 		t.Errorf("the rolled back run: %s", got)
+	}
+}
+
+// TestMultitaskConfig: New refuses a Config.Multitask that names no strategy; every strategy,
+// and none (enqueue), is taken.
+func TestMultitaskConfig(t *testing.T) {
+	for _, m := range append([]string{"", "sometimes"}, protocol.MultitaskStrategies...) {
+		srv, err := conversation.New(conversation.Config{Store: newMemStore(), Agent: demo.New(), Multitask: m})
+		if bad := m == "sometimes"; bad != errors.Is(err, conversation.ErrConfig) {
+			t.Errorf("New with Multitask %q = %v", m, err)
+		}
+		if srv != nil {
+			srv.Shutdown(context.Background())
+		}
 	}
 }

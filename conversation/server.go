@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"math"
 	"net/http"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +23,7 @@ import (
 	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
+	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/turn"
 	"github.com/wsgateway/wsgateway/usage"
 )
@@ -355,6 +358,9 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxTurnsPerPrincipal < 0 || cfg.TurnStartRate < 0 || cfg.TurnStartBurst < 0 || cfg.MaxHydratesPerPrincipal < 0 ||
 		cfg.AgentHistoryBytes < 0 {
 		return nil, fmt.Errorf("%w: negative limit", ErrConfig)
+	}
+	if cfg.Multitask != "" && !slices.Contains(protocol.MultitaskStrategies, cfg.Multitask) {
+		return nil, fmt.Errorf("%w: Multitask %q: want one of %s", ErrConfig, cfg.Multitask, strings.Join(protocol.MultitaskStrategies, ", "))
 	}
 	if cfg.Tokens != nil {
 		cfg.Principal = principalOf(cfg.Tokens)

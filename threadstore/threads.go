@@ -764,11 +764,20 @@ func (s *Store) rollBack(ctx context.Context, principal, key string, t *Thread, 
 			}
 		}
 		if len(r.Added) > 0 && r.State == ThreadRunError {
-			t.Transcript.Withdraw(id, r.Added)
+			t.withdraw(id, r.Added)
 			r.Added = nil
 		}
 	}
 	return nil
+}
+
+// withdraw takes runID's messages ids out of t's transcript (thread.Transcript.Withdraw),
+// and the title they gave a thread that holds all its messages in its head.
+func (t *Thread) withdraw(runID string, ids []string) {
+	t.Transcript.Withdraw(runID, ids)
+	if t.Sealed == nil {
+		t.Title = title(&t.Transcript)
+	}
 }
 
 // rolledBack reports whether a queued run of t rolls runID back.
@@ -785,7 +794,7 @@ func (t *Thread) rolledBack(runID string) bool {
 func (s *Store) finishIn(ctx context.Context, key string, t *Thread, r *ThreadRun, events []json.RawMessage) error {
 	state, code := endState(events)
 	if state == ThreadRunError && t.rolledBack(r.RunID) {
-		t.Transcript.Withdraw(r.RunID, r.Added)
+		t.withdraw(r.RunID, r.Added)
 	} else {
 		r.Added = nil
 		if t.Sealed != nil && slices.ContainsFunc(events, isSnapshot) {

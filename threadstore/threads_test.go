@@ -461,10 +461,11 @@ func TestAcceptRunRollback(t *testing.T) {
 		end         string // r1's terminal
 		finishFirst bool   // r1's finish lands before r2 starts
 		want        string
+		keeps       bool // r1's messages stay
 	}{
-		{"interrupted, finish first", `{"type":"RUN_ERROR","message":"interrupted","code":"interrupted"}`, true, "u-r0 a-r0 u-r2"},
-		{"interrupted, finish after", `{"type":"RUN_ERROR","message":"interrupted","code":"interrupted"}`, false, "u-r0 a-r0 u-r2"},
-		{"finished before the rollback", `{"type":"RUN_FINISHED","threadId":"T","runId":"r1"}`, true, "u-r0 a-r0 u-r1 a-r1 u-r2"},
+		{"interrupted, finish first", `{"type":"RUN_ERROR","message":"interrupted","code":"interrupted"}`, true, "u-r0 a-r0 u-r2", false},
+		{"interrupted, finish after", `{"type":"RUN_ERROR","message":"interrupted","code":"interrupted"}`, false, "u-r0 a-r0 u-r2", false},
+		{"finished before the rollback", `{"type":"RUN_FINISHED","threadId":"T","runId":"r1"}`, true, "u-r0 a-r0 u-r1 a-r1 u-r2", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := openStore(t, testConfig(t))
@@ -508,6 +509,21 @@ func TestAcceptRunRollback(t *testing.T) {
 			}
 			if got := strings.Join(pageAll(t, s, "T", 0), " "); got != tc.want {
 				t.Fatalf("the thread shows %s, want %s", got, tc.want)
+			}
+			// A rolled back run that started the thread leaves no title behind.
+			s2 := "T2-" + strings.ReplaceAll(tc.name, " ", "-")
+			if _, err := s.AcceptRun(ctx, "alice", s2, "r1", turnInput(s2, "r1", "u-r1", "one"), nil, Overlap{}); err != nil {
+				t.Fatal(err)
+			}
+			running := Overlap{Ended: func(context.Context, string) (bool, error) { return false, nil }, Queue: true, Rollback: true}
+			if th, err := s.AcceptRun(ctx, "alice", s2, "r9", turnInput(s2, "r9", "u-r9", "nine"), nil, running); err != nil || th.RunState("r9") != ThreadRunQueued {
+				t.Fatalf("r9 beside a running r1: %v, want queued", err)
+			}
+			if err := s.FinishRun(ctx, "alice", s2, "r1", events); err != nil {
+				t.Fatal(err)
+			}
+			if th, _ := s.Thread(ctx, "alice", s2); (th.Title == "one") != tc.keeps {
+				t.Errorf("after r1 %s, the thread's title is %q", tc.name, th.Title)
 			}
 		})
 	}
