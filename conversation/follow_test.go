@@ -18,12 +18,13 @@ import (
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
-// threadRunFrame is a run frame of the test agent for runID in thread threadID.
+// threadRunFrame is a run frame of the test agent for runID in thread threadID, posting a new
+// user message of its own (a new turn, not a regenerate).
 func threadRunFrame(threadID, runID string, sc script) []byte {
 	b, _ := json.Marshal(map[string]any{
 		"threadId":       threadID,
 		"runId":          runID,
-		"messages":       []any{map[string]any{"id": "u1", "role": "user", "content": "hello"}},
+		"messages":       []any{map[string]any{"id": "u-" + runID, "role": "user", "content": "hello"}},
 		"forwardedProps": map[string]any{"test": sc},
 	})
 	return b

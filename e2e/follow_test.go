@@ -77,9 +77,10 @@ func (tg *threadGateways) post(tb testing.TB, ctx context.Context, url, sub, bod
 	return resp.StatusCode, strings.TrimSpace(string(b))
 }
 
-// threadFrame is a demo run frame of thread for runID.
+// threadFrame is a demo run frame of thread for runID, posting a new user message of its own
+// (a new turn, not a regenerate).
 func threadFrame(thread, runID, demoOpts string) []byte {
-	return []byte(`{"threadId":"` + thread + `","runId":"` + runID + `","messages":[{"id":"u","role":"user","content":"hi"}],"forwardedProps":{"demo":` + demoOpts + `}}`)
+	return []byte(`{"threadId":"` + thread + `","runId":"` + runID + `","messages":[{"id":"u-` + runID + `","role":"user","content":"hi"}],"forwardedProps":{"demo":` + demoOpts + `}}`)
 }
 
 func sendText(tb testing.TB, ctx context.Context, c *websocket.Conn, data string) {
@@ -286,7 +287,7 @@ func TestThreadFollowTwoGateways(t *testing.T) {
 		sendText(t, ctx, a, string(concurrent(threadFrame("T", "turn-3a", `{"tokens":40,"intervalMs":10}`))))
 		sendText(t, ctx, s2, string(concurrent(threadFrame("T", "turn-3b", `{"tokens":40,"intervalMs":10}`))))
 		status, body := tg.post(t, ctx, tg.g2.URL+"/api/threads/T/runs", "alice",
-			`{"runId":"turn-3c","messages":[{"id":"u","role":"user","content":"scheduled"}],"forwardedProps":{"demo":{"tokens":40,"intervalMs":10}},"multitaskStrategy":"concurrent"}`)
+			`{"runId":"turn-3c","messages":[{"id":"u-turn-3c","role":"user","content":"scheduled"}],"forwardedProps":{"demo":{"tokens":40,"intervalMs":10}},"multitaskStrategy":"concurrent"}`)
 		if status != http.StatusAccepted || body != `{"runId":"turn-3c","joinUrl":"/api/chat?offset=-1\u0026runId=turn-3c"}` {
 			t.Fatalf("POST /api/threads/T/runs = %d %s", status, body)
 		}
