@@ -20,12 +20,8 @@ import (
 func (srv *Server) BranchHandler() http.Handler { return http.HandlerFunc(srv.serveBranch) }
 
 func (srv *Server) serveBranch(w http.ResponseWriter, r *http.Request) {
-	principal, ok := srv.admitJSON(w, r)
+	principal, ok := srv.admitThreads(w, r)
 	if !ok {
-		return
-	}
-	if srv.cfg.Threads == nil {
-		writeJSONError(w, http.StatusNotFound, "threads are not kept")
 		return
 	}
 	body, ok := srv.readBody(w, r)

@@ -454,13 +454,19 @@ type threadItem struct {
 	ActiveRun *runRef `json:"activeRun"`
 }
 
-func (srv *Server) serveThreads(w http.ResponseWriter, r *http.Request) {
+// admitThreads is admitJSON for an endpoint of the thread store: 404 when threads are not kept.
+func (srv *Server) admitThreads(w http.ResponseWriter, r *http.Request) (string, bool) {
 	principal, ok := srv.admitJSON(w, r)
-	if !ok {
-		return
-	}
-	if srv.cfg.Threads == nil {
+	if ok && srv.cfg.Threads == nil {
 		writeJSONError(w, http.StatusNotFound, "threads are not kept")
+		return "", false
+	}
+	return principal, ok
+}
+
+func (srv *Server) serveThreads(w http.ResponseWriter, r *http.Request) {
+	principal, ok := srv.admitThreads(w, r)
+	if !ok {
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), threadTimeout)

@@ -1,6 +1,7 @@
 package threadstore
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -274,17 +275,10 @@ func (s *Store) activate(ctx context.Context, key string, t *Thread, id string, 
 			return false, err
 		}
 		if fi, ci, err = s.stashed(ctx, key, t, id); err != nil || fi < 0 {
-			return false, cmpErr(err, fmt.Errorf("thread: branch of %s lost while switching", id))
+			return false, cmp.Or(err, fmt.Errorf("thread: branch of %s lost while switching", id))
 		}
 	}
 	return true, s.swap(ctx, key, t, fi, ci)
-}
-
-func cmpErr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // stashed returns the fork and child of t whose stashed branch holds id; -1, -1 when none.

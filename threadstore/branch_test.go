@@ -190,8 +190,10 @@ func agentIDs(msgs []protocol.Message) []string {
 	return out
 }
 
-// TestBranchStreaming: a regenerate's reply shows as the newest sibling while it streams.
-func TestBranchStreaming(t *testing.T) {
+// regenerating returns a store whose thread T has a turn r1 and r2, accepted and not
+// finished, regenerating r1's reply.
+func regenerating(t *testing.T) *Store {
+	t.Helper()
 	s := openStore(t, testConfig(t))
 	ctx := context.Background()
 	u1 := `{"id":"u1","role":"user","content":"question 1"}`
@@ -199,6 +201,13 @@ func TestBranchStreaming(t *testing.T) {
 	if _, err := s.AcceptRun(ctx, "alice", "T", "r2", json.RawMessage(`{"messages":[`+u1+`]}`), nil, Overlap{}); err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestBranchStreaming: a regenerate's reply shows as the newest sibling while it streams.
+func TestBranchStreaming(t *testing.T) {
+	s := regenerating(t)
+	ctx := context.Background()
 	th, err := s.Thread(ctx, "alice", "T")
 	if err != nil {
 		t.Fatal(err)
@@ -221,13 +230,8 @@ func TestBranchStreaming(t *testing.T) {
 // TestBranchSwitchPaused: a switch that would leave a run's question (an approval) unanswered
 // in the branch it leaves is refused, naming that run; a switch to where it stands is not.
 func TestBranchSwitchPaused(t *testing.T) {
-	s := openStore(t, testConfig(t))
+	s := regenerating(t)
 	ctx := context.Background()
-	u1 := `{"id":"u1","role":"user","content":"question 1"}`
-	runTurn(t, s, "T", "r1", `{"messages":[`+u1+`]}`, "one")
-	if _, err := s.AcceptRun(ctx, "alice", "T", "r2", json.RawMessage(`{"messages":[`+u1+`]}`), nil, Overlap{}); err != nil {
-		t.Fatal(err)
-	}
 	events := turnEvents("T", "r2", "one again")
 	events[len(events)-1] = json.RawMessage(`{"type":"RUN_FINISHED","threadId":"T","runId":"r2","outcome":{"type":"interrupt","interrupts":[{"id":"i1","reason":"approval_required"}]}}`)
 	if err := s.FinishRun(ctx, "alice", "T", "r2", events); err != nil {
