@@ -178,15 +178,16 @@ func TestWebBranches(t *testing.T) {
 	const branchJS = `(document.querySelector("#conversation .turn:last-child [data-role=branch-position]")?.textContent ?? "")`
 	p1.send("hello")
 	p1.waitStatus(0, "done")
-	for _, tokens := range []int{3, 5} {
+	for i, tokens := range []int{3, 5} {
 		p1.setOptions(demoOptions{Tokens: strconv.Itoa(tokens), IntervalMs: "0"})
 		p1.waitFor("the Regenerate button", `!document.querySelector("#conversation .turn:last-child [data-role=regenerate]").hidden`)
 		p1.do(chromedp.Click(chromedp.CSS("#conversation .turn:last-child [data-role=regenerate]")))
-		p1.waitFor(fmt.Sprintf("the reply of %d tokens", tokens), fmt.Sprintf(
-			`document.querySelectorAll("#conversation .turn").length === 1 && document.querySelector("#conversation .turn").dataset.status === "done" && document.querySelector("#conversation .turn [data-role=assistant-text]")?.textContent === %q`, tokensReply(tokens)))
+		// The reply ends, then thread.branch re-shows the thread with ‹ n / n ›: clicked
+		// before that, the next Regenerate would be a button the re-show replaces.
+		p1.waitFor(fmt.Sprintf("the reply of %d tokens, ‹ %d / %d ›", tokens, i+2, i+2), fmt.Sprintf(
+			`%s === "%d / %d" && document.querySelectorAll("#conversation .turn").length === 1 && document.querySelector("#conversation .turn").dataset.status === "done" && document.querySelector("#conversation .turn [data-role=assistant-text]")?.textContent === %q`, branchJS, i+2, i+2, tokensReply(tokens)))
 	}
 	third := fmt.Sprintf(`%s === "3 / 3" && document.querySelectorAll("#conversation .turn").length === 1 && document.querySelector("#conversation .turn [data-role=assistant-text]")?.textContent === %q`, branchJS, tokensReply(5))
-	p1.waitFor("‹ 3 / 3 › with the third reply", third)
 	p2.waitFor("page 2 to show the regenerated reply in place, ‹ 3 / 3 ›", third)
 	if got := p1.turn(0); got.User != "hello" {
 		t.Fatalf("after two regenerates the page shows %+v", got)
