@@ -223,6 +223,7 @@ func (c *conn) follow(threadID string) {
 		c.logAttrs(slog.LevelDebug, "follow refused: max-follows")
 		c.srv.cfg.Metrics.LimitRefused(metrics.LimitFollows)
 		c.Deliver("", protocol.AppendRunError(nil, MsgTooManyFollows, CodeLimitExceeded), time.Time{})
+		c.pause()
 		return
 	}
 	ctx, cancel := context.WithCancel(context.Background())

@@ -168,6 +168,7 @@ type envOptions struct {
 	turnStartBurst    int
 	principalHydrates int
 	principalLimits   map[string]conversation.PrincipalLimits
+	refusalDelay      time.Duration // 0: the default
 	// wrap, if set, wraps the Store the Server uses; wrapThreads its Threads.
 	wrap        func(conversation.Store) conversation.Store
 	wrapThreads func(conversation.Threads) conversation.Threads
@@ -288,6 +289,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		TurnStartBurst:          o.turnStartBurst,
 		MaxHydratesPerPrincipal: o.principalHydrates,
 		PrincipalLimits:         o.principalLimits,
+		RefusalDelay:            o.refusalDelay,
 		WriteTimeout:            o.writeTimeout,
 		Principal: func(r *http.Request) (string, error) {
 			if p := r.Header.Get("X-Principal"); p != "" {

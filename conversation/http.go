@@ -180,7 +180,7 @@ func (h httpHandler) live(st *httpStream, r *http.Request, principal string, in 
 	s, prev, err := srv.turns.add(runKey{principal, in.RunID}, srv.cfg.Store.ThreadKey(principal, in.ThreadID), nil, 0, 0)
 	var refused *limitError
 	if errors.As(err, &refused) {
-		srv.refuseStart(st.w, refused, false) // the stream was not opened: nothing was written
+		srv.refuseStart(st.w, r, refused, false) // the stream was not opened: nothing was written
 		return
 	}
 	if err != nil {

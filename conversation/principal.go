@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/wsgateway/wsgateway/internal/quota"
 	"github.com/wsgateway/wsgateway/metrics"
 )
 
@@ -82,11 +83,12 @@ var (
 	errTurnRate       = &limitError{limit: metrics.LimitPrincipalTurnRate, msg: MsgPrincipalTurnRate}
 )
 
-// refuseStart counts the refusal of an HTTP turn start by limit e and answers it 429, as
-// JSON ({"error":…}) when asJSON, else as text; a refusal for a rate says in Retry-After the
-// seconds until a start fits again (rounded up).
-func (s *Server) refuseStart(w http.ResponseWriter, e *limitError, asJSON bool) {
+// refuseStart counts the refusal of r, an HTTP turn start, by limit e and answers it 429
+// after Config.RefusalDelay, as JSON ({"error":…}) when asJSON, else as text; a refusal for a
+// rate says in Retry-After the seconds until a start fits again (rounded up).
+func (s *Server) refuseStart(w http.ResponseWriter, r *http.Request, e *limitError, asJSON bool) {
 	s.cfg.Metrics.LimitRefused(e.limit)
+	quota.Pause(r.Context(), s.cfg.RefusalDelay)
 	if e.retryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.retryAfter.Seconds()))))
 	}
@@ -98,12 +100,14 @@ func (s *Server) refuseStart(w http.ResponseWriter, e *limitError, asJSON bool) 
 }
 
 // holdHydrate takes one of principal's hydrates (Config.MaxHydratesPerPrincipal), or
-// answers 429 and reports false. A hydrate takes it before it reads anything; Put releases it.
-func (s *Server) holdHydrate(w http.ResponseWriter, principal string) bool {
+// answers r 429 after Config.RefusalDelay and reports false. A hydrate takes it before it
+// reads anything; Put releases it.
+func (s *Server) holdHydrate(w http.ResponseWriter, r *http.Request, principal string) bool {
 	if s.hydrates.Take(principal, s.limits(principal).Hydrates) {
 		return true
 	}
 	s.cfg.Metrics.LimitRefused(metrics.LimitPrincipalHydrates)
+	quota.Pause(r.Context(), s.cfg.RefusalDelay)
 	writeJSONError(w, http.StatusTooManyRequests, MsgTooManyHydrates)
 	return false
 }

@@ -127,6 +127,41 @@ func TestPrincipalTurnsEveryDoor(t *testing.T) {
 	}
 }
 
+// TestRefusalDelay: a start refused by a bound is answered after Config.RefusalDelay by
+// every HTTP door, and a socket whose run frame was refused reads its next frame after it
+// (the refusal itself is sent at once): a client that goes on asking is slowed to one
+// refusal per delay.
+func TestRefusalDelay(t *testing.T) {
+	const delay = 400 * time.Millisecond
+	e := newEnv(t, envOptions{principalTurns: 1, refusalDelay: delay})
+	sock := dial(t, e.url(), "p1")
+	if got := e.startAs(t, "ws", "p1", "held", sock); got != "started" {
+		t.Fatalf("the one turn of the bound: %s", got)
+	}
+	want := refusals(conversation.MsgPrincipalTurns)
+	for _, door := range doors[1:] { // the HTTP doors
+		start := time.Now()
+		if got := e.startAs(t, door, "p1", "over-"+door, sock); got != want[door] {
+			t.Fatalf("a turn by %s beyond the bound: %s, want %s", door, got, want[door])
+		}
+		if took := time.Since(start); took < delay {
+			t.Errorf("the refusal by %s took %v, want at least the refusal delay %v", door, took, delay)
+		}
+	}
+	start := time.Now()
+	for _, id := range []string{"over-ws", "over-ws-again"} {
+		sock.send(withStrategy(runFrame(id, script{Tokens: 1}), conversation.MultitaskConcurrent))
+	}
+	for _, id := range []string{"over-ws", "over-ws-again"} {
+		if f := sock.next(10 * time.Second); f.Type != "RUN_ERROR" {
+			t.Fatalf("the answer to %s: %+v, want a RUN_ERROR", id, f)
+		}
+	}
+	if took := time.Since(start); took < delay {
+		t.Errorf("two refused run frames sent at once answered within %v, want the second one read after the refusal delay %v", took, delay)
+	}
+}
+
 // TestPrincipalTurnRate: every door takes from one bucket per principal; beyond its burst a
 // start is refused naming the limit and creates no log, and another principal's bucket is
 // its own.

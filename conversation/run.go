@@ -1,6 +1,7 @@
 package conversation
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"time"
@@ -80,11 +81,16 @@ func (c *conn) handle(data []byte) {
 			c.logAttrs(slog.LevelDebug, "run frame refused: run-frame-rate", slog.String(keyRunID, f.RunID))
 			c.srv.cfg.Metrics.LimitRefused(metrics.LimitRunFrameRate)
 			c.Deliver("", protocol.AppendRunError(nil, MsgRunFrameRate, CodeLimitExceeded), time.Time{})
+			c.pause()
 			return
 		}
 		c.run(f.Input)
 	}
 }
+
+// pause holds the socket's reader for Config.RefusalDelay after one of its frames was
+// refused by a bound (quota.Pause): the refusal is queued already, the next frame waits.
+func (c *conn) pause() { quota.Pause(context.Background(), c.srv.cfg.RefusalDelay) }
 
 // abort stops the principal's turn of runID. A turn this gateway does not run may run on
 // another one sharing the store, which the request reaches; the socket also remembers the
@@ -109,6 +115,7 @@ func (c *conn) run(in *protocol.RunAgentInput) {
 		c.logAttrs(slog.LevelDebug, "run frame refused: "+string(refused.limit), slog.String(keyRunID, in.RunID))
 		c.srv.cfg.Metrics.LimitRefused(refused.limit)
 		c.Deliver("", protocol.AppendRunError(nil, refused.msg, CodeLimitExceeded), time.Time{})
+		c.pause()
 		return
 	case err != nil:
 		return // the socket is closing 1012

@@ -154,6 +154,8 @@ const (
 	// DefaultMaxHydratesPerPrincipal: a page hydrates its thread once as it loads; a few
 	// tabs reloading at once stay below it.
 	DefaultMaxHydratesPerPrincipal = 8
+	// DefaultRefusalDelay: quota.DefaultPause.
+	DefaultRefusalDelay = quota.DefaultPause
 )
 
 // Config configures a Server. Store and Agent are required; zero fields mean the documented
@@ -269,6 +271,12 @@ type Config struct {
 	// RUN_ERROR (code limit_exceeded) and ignored. Abort frames are not counted.
 	RunFrameRate  float64
 	RunFrameBurst int
+	// RefusalDelay is how long a refusal by one of the bounds above waits (default
+	// DefaultRefusalDelay; negative: none): a 429 is answered after it, and a socket whose
+	// frame was refused reads its next frame after it (quota.Pause). A client over its
+	// bounds that goes on asking is slowed to one refusal per RefusalDelay per connection.
+	// The memory budget's refusals are not delayed: they are the gateway's, not the client's.
+	RefusalDelay time.Duration
 	// TurnCloseTimeout bounds a turn's final flush and close (turn.DefaultCloseTimeout).
 	TurnCloseTimeout time.Duration
 	// TurnLimits bound what every turn may store in its log (zero fields: turn's defaults).
@@ -419,6 +427,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.TurnStartBurst == 0 {
 		cfg.TurnStartBurst = DefaultTurnStartBurst
+	}
+	if cfg.RefusalDelay == 0 {
+		cfg.RefusalDelay = DefaultRefusalDelay
 	}
 	if cfg.MaxHydratesPerPrincipal == 0 {
 		cfg.MaxHydratesPerPrincipal = DefaultMaxHydratesPerPrincipal
@@ -597,10 +608,12 @@ func (s *Server) hold(principal string) bool {
 // release forgets one socket or HTTP stream of principal.
 func (s *Server) release(principal string) { s.sockets.Put(principal) }
 
-// refuseHold answers 429 to a principal over Config.MaxSocketsPerPrincipal.
+// refuseHold answers 429 to a principal over Config.MaxSocketsPerPrincipal, after
+// Config.RefusalDelay.
 func (s *Server) refuseHold(w http.ResponseWriter, r *http.Request) {
 	s.log.Debug("request refused: principal over max-principal-sockets", slog.String(keyRemote, r.RemoteAddr))
 	s.cfg.Metrics.LimitRefused(metrics.LimitPrincipalSockets)
+	quota.Pause(r.Context(), s.cfg.RefusalDelay)
 	http.Error(w, MsgTooManySockets, http.StatusTooManyRequests)
 }
 

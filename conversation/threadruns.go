@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"time"
 
+	"github.com/wsgateway/wsgateway/internal/quota"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -39,6 +40,7 @@ func (s *Server) serveThreadRun(w http.ResponseWriter, r *http.Request, joinPath
 	}
 	if !s.hold(principal) {
 		s.cfg.Metrics.LimitRefused(metrics.LimitPrincipalSockets)
+		quota.Pause(r.Context(), s.cfg.RefusalDelay)
 		writeJSONError(w, http.StatusTooManyRequests, MsgTooManySockets)
 		return
 	}
@@ -60,7 +62,7 @@ func (s *Server) serveThreadRun(w http.ResponseWriter, r *http.Request, joinPath
 	sl, prev, err := s.turns.add(runKey{principal, in.RunID}, s.cfg.Store.ThreadKey(principal, in.ThreadID), nil, 0, 0)
 	var refused *limitError
 	if errors.As(err, &refused) {
-		s.refuseStart(w, refused, true)
+		s.refuseStart(w, r, refused, true)
 		return
 	}
 	if err != nil {

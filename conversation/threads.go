@@ -349,7 +349,7 @@ func pageLimit(r *http.Request) int {
 // its pending interrupts. An unknown thread, or another principal's, is an empty one; so is a
 // thread the store cannot read, since the client shows any failure as an empty chat anyway.
 func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, threadID string) {
-	if !srv.holdHydrate(w, principal) {
+	if !srv.holdHydrate(w, r, principal) {
 		return
 	}
 	defer srv.hydrates.Put(principal)

@@ -430,10 +430,11 @@ func TestStaleCacheOtherGateway(t *testing.T) {
 // TestReadersPerPrincipal: a principal's reads in progress are bounded (live SSE reads held
 // open here); a read beyond is 429 naming the limit and counted; another principal, and a
 // principal given more by PrincipalReaders, read meanwhile; a read that ended frees its place.
+// The 429 is answered after the refusal delay.
 func TestReadersPerPrincipal(t *testing.T) {
-	const max = 2
+	const max, delay = 2, 300 * time.Millisecond
 	var refused atomic.Int32
-	gw := gateways(t, 1, Config{MaxReaders: max, PrincipalReaders: map[string]int{"svc": max + 1},
+	gw := gateways(t, 1, Config{MaxReaders: max, PrincipalReaders: map[string]int{"svc": max + 1}, RefusalDelay: delay,
 		Refused: func() { refused.Add(1) }, Principal: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }})
 	hdr := map[string]string{"Content-Type": "text/plain"}
 	for _, u := range []string{"alice", "bob", "svc"} {
@@ -463,7 +464,11 @@ func TestReadersPerPrincipal(t *testing.T) {
 			t.Fatalf("alice's read %d under the bound: %d", i, resp.StatusCode)
 		}
 	}
+	start := time.Now()
 	resp := open("alice", ctx)
+	if took := time.Since(start); took < delay {
+		t.Errorf("alice's read beyond the bound answered in %v, want after the refusal delay %v", took, delay)
+	}
 	var b []byte
 	if resp.StatusCode != 200 { // a 200 would stream on
 		b, _ = io.ReadAll(resp.Body)

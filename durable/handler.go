@@ -78,6 +78,9 @@ type Config struct {
 	PrincipalReaders map[string]int
 	// Refused, if set, is called for each read refused by MaxReaders (a metric).
 	Refused func()
+	// RefusalDelay is how long a refusal by MaxReaders waits before its 429 (default
+	// quota.DefaultPause; negative: none): see quota.Pause.
+	RefusalDelay time.Duration
 }
 
 // DefaultMaxReaders: each chat a page shows holds one live read; a person's tabs stay far
@@ -118,6 +121,9 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	if c.MaxReaders == 0 {
 		c.MaxReaders = DefaultMaxReaders
+	}
+	if c.RefusalDelay == 0 {
+		c.RefusalDelay = quota.DefaultPause
 	}
 	if c.Principal == nil {
 		c.Principal = func(*http.Request) (string, error) { return "anonymous", nil }
@@ -258,7 +264,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	case http.MethodPost:
 		h.append(w, r, principal, name)
 	case http.MethodGet:
-		if !h.holdReader(w, principal) {
+		if !h.holdReader(w, r, principal) {
 			return
 		}
 		defer h.readers.Put(principal)
@@ -276,9 +282,9 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// holdReader takes one of principal's reads (Config.MaxReaders), or answers 429 and reports
-// false.
-func (h *Handler) holdReader(w http.ResponseWriter, principal string) bool {
+// holdReader takes one of principal's reads (Config.MaxReaders), or answers r 429 after
+// Config.RefusalDelay and reports false.
+func (h *Handler) holdReader(w http.ResponseWriter, r *http.Request, principal string) bool {
 	max := h.cfg.MaxReaders
 	if n, ok := h.cfg.PrincipalReaders[principal]; ok && n > 0 {
 		max = n
@@ -289,6 +295,7 @@ func (h *Handler) holdReader(w http.ResponseWriter, principal string) bool {
 	if h.cfg.Refused != nil {
 		h.cfg.Refused()
 	}
+	quota.Pause(r.Context(), h.cfg.RefusalDelay)
 	http.Error(w, MsgTooManyReaders, http.StatusTooManyRequests)
 	return false
 }

@@ -94,7 +94,11 @@ func startSecGateway(tb testing.TB) *secGateway {
 		"--max-event-bytes", strconv.Itoa(secMaxEventBytes),
 		"--agent-idle-timeout", secAgentIdle.String(),
 		"--max-principal-sockets", strconv.Itoa(secPrincipalSockets),
-		"--run-frame-burst", strconv.Itoa(secRunFrameBurst), "--principal-turn-burst", strconv.Itoa(secRunFrameBurst))
+		"--run-frame-burst", strconv.Itoa(secRunFrameBurst), "--principal-turn-burst", strconv.Itoa(secRunFrameBurst),
+		// The catalogue counts every answer to floods of thousands of requests and frames,
+		// which the refusal delay would pace to two a second; the delay has tests of its own
+		// (conversation's TestRefusalDelay, TestHostilePrincipalEveryDoor at its default).
+		"--refusal-delay", "0")
 	return &secGateway{gateway: gw, key: key, pemFile: pemFile}
 }
 
@@ -751,7 +755,9 @@ func TestSecurityCatalogue(t *testing.T) {
 // and the socket goes on serving its turns.
 func TestSecuritySocketLimits(t *testing.T) {
 	const maxTurns, burst = 2, 5
-	gw := startGateway(t, "--max-socket-turns", strconv.Itoa(maxTurns), "--run-frame-rate", "0.01", "--run-frame-burst", strconv.Itoa(burst))
+	gw := startGateway(t, "--max-socket-turns", strconv.Itoa(maxTurns), "--run-frame-rate", "0.01", "--run-frame-burst", strconv.Itoa(burst),
+		"--refusal-delay", "0") // as the catalogue's
+
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	dial := func(t *testing.T, query string) *websocket.Conn {

@@ -26,7 +26,8 @@ func testHostile(t *testing.T, extra ...string) {
 	const secret = "a secret of the hostile test, 32 bytes or more"
 	gw := startProcessEnv(t, "gateway", buildGateway(t), []string{"HOSTILE_SECRET=" + secret},
 		"serve", "--addr", "127.0.0.1:0", "--data-dir", t.TempDir(), "--log-format", "json", "--log-level", "info",
-		"--drain-timeout", "2s", "--auth", "jwt", "--jwt-secret-env", "HOSTILE_SECRET", "--max-principal-turns", "4")
+		"--drain-timeout", "2s", "--auth", "jwt", "--jwt-secret-env", "HOSTILE_SECRET", "--max-principal-turns", "4",
+		"--refusal-delay", "100ms") // at the default (500 ms) 2 s of attack make too few requests to reach every door
 	t.Setenv("HOSTILE_SECRET", secret)
 	code, out, errOut := wsbenchRun(t, append([]string{"hostile", "--url", "http://" + gw.addr, "--jwt-secret-env", "HOSTILE_SECRET",
 		"--attack", "2s", "--idle", "1s", "--workers", "2", "--others", "1", "--json"}, extra...)...)

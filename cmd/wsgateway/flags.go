@@ -100,6 +100,7 @@ type serveConfig struct {
 	maxPrincipalSock int
 	maxFollows       int
 	runFrameRate     float64
+	refusalDelay     time.Duration // -1: none
 	runFrameBurst    int
 	// The per-principal bounds across every door (docs/SECURITY.md).
 	maxPrincipalTurns    int
@@ -373,6 +374,7 @@ var serveFlags = []serveFlag{
 	{"principal-turn-burst", strconv.Itoa(conversation.DefaultTurnStartBurst), "turn starts one principal may make at once before --principal-turn-rate applies", positiveInt(func(c *serveConfig) *int { return &c.principalTurnBurst })},
 	{"max-principal-hydrates", strconv.Itoa(conversation.DefaultMaxHydratesPerPrincipal), "hydrates (GET ?threadId=) one principal may have in progress at once; beyond, 429", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalHydrates })},
 	{"max-principal-readers", strconv.Itoa(durable.DefaultMaxReaders), "Durable Streams reads (GET) one principal may have in progress at once; beyond, 429", positiveInt(func(c *serveConfig) *int { return &c.maxPrincipalReaders })},
+	{"refusal-delay", conversation.DefaultRefusalDelay.String(), "how long a refusal by one of the per-socket or per-principal bounds above waits: a 429 is answered after it, a socket whose frame was refused reads its next frame after it; a client over its bounds that goes on asking is slowed to one refusal per delay per connection; 0: none", offDurationSetter(func(c *serveConfig) *time.Duration { return &c.refusalDelay })},
 	{"principal-limit", "", "other per-principal bounds for one principal (a scheduler's subject), SUBJECT:key=value,... with keys sockets, turns, turn-rate, turn-burst, hydrates, readers; repeat the flag for more (in the environment variable: one per line)", principalLimitSetter},
 	{"token-budget", "0", "tokens (the usage's totalTokens) one principal may use per --token-budget-period, cluster-wide; a run started beyond ends RUN_ERROR budget_exceeded before its agent is called; a token's " + auth.BudgetClaim + " claim overrides it for its principal; 0: no budget", func(c *serveConfig, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -607,6 +609,22 @@ func durationSetter(field func(*serveConfig) *time.Duration) func(*serveConfig, 
 		}
 		*field(c) = d
 		return nil
+	}
+}
+
+// offDurationSetter is durationSetter where 0 is accepted too: none, the field's -1.
+func offDurationSetter(field func(*serveConfig) *time.Duration) func(*serveConfig, string) error {
+	positive := durationSetter(field)
+	return func(c *serveConfig, v string) error {
+		d, err := time.ParseDuration(v)
+		switch {
+		case err == nil && d == 0:
+			*field(c) = -1
+			return nil
+		case err == nil && d < 0:
+			return fmt.Errorf("must not be negative (0: none)")
+		}
+		return positive(c, v)
 	}
 }
 

@@ -64,7 +64,7 @@ func TestParseServeDefaults(t *testing.T) {
 	want.agentHistoryBytes = 512 << 10
 	want.multitask = "enqueue"
 	want.maxPrincipalTurns, want.principalTurnRate, want.principalTurnBurst = 32, 10, 40
-	want.maxPrincipalHydrates, want.maxPrincipalReaders = 8, 16
+	want.maxPrincipalHydrates, want.maxPrincipalReaders, want.refusalDelay = 8, 16, 500*time.Millisecond
 	want.tokenBudgetPeriod, want.usageRetention = 24*time.Hour, 90*24*time.Hour
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("parseServe(nil) =\n%+v\nwant\n%+v", got, want)
@@ -250,6 +250,8 @@ func TestParseServeSecurity(t *testing.T) {
 				c.maxFollows == conversation.DefaultMaxFollowsPerSocket &&
 				c.runFrameRate == conversation.DefaultRunFrameRate && c.runFrameBurst == conversation.DefaultRunFrameBurst
 		}},
+		{[]string{"--refusal-delay", "0"}, nil, func(c serveConfig) bool { return c.refusalDelay < 0 }}, // none
+		{nil, map[string]string{"WSGATEWAY_REFUSAL_DELAY": "2s"}, func(c serveConfig) bool { return c.refusalDelay == 2*time.Second }},
 		{[]string{"--tls-cert", "c.pem", "--tls-key", "k.pem", "--header-timeout", "2s", "--handshake-timeout", "5s"}, nil,
 			func(c serveConfig) bool {
 				return c.tlsCert == "c.pem" && c.tlsKey == "k.pem" && c.headerTimeout == 2*time.Second && c.handshakeTimeout == 5*time.Second
@@ -266,6 +268,7 @@ func TestParseServeSecurity(t *testing.T) {
 		want string
 	}{
 		{[]string{"--auth", "basic"}, "want none or jwt"},
+		{[]string{"--refusal-delay", "-1s"}, "must not be negative (0: none)"},
 		{[]string{"--auth", "jwt"}, "--auth jwt needs exactly one of --jwt-secret-env, --jwt-key-file, --jwt-jwks-file and --jwt-jwks-url"},
 		{[]string{"--auth", "jwt", "--jwt-jwks-url", "http://idp.example/jwks"}, "want an https:// URL"},
 		{[]string{"--auth", "jwt", "--jwt-secret-env", "S", "--jwt-jwks-ca", "ca.pem"}, "--jwt-jwks-ca applies to --jwt-jwks-url"},

@@ -298,6 +298,7 @@ func (g *gateway) build(ctx context.Context) error {
 		TurnStartRate:           cfg.principalTurnRate,
 		TurnStartBurst:          cfg.principalTurnBurst,
 		MaxHydratesPerPrincipal: cfg.maxPrincipalHydrates,
+		RefusalDelay:            cfg.refusalDelay,
 		PrincipalLimits:         principalLimits(cfg),
 		Heartbeat: heartbeat.Config{
 			Interval:    cfg.heartbeat,
@@ -592,6 +593,7 @@ func mountDurable(ctx context.Context, mux *http.ServeMux, cfg serveConfig, stor
 			Logger:          log,
 			MaxReaders:      cfg.maxPrincipalReaders,
 			Refused:         refused,
+			RefusalDelay:    cfg.refusalDelay,
 
 			PrincipalReaders: principalReaders(cfg),
 		})

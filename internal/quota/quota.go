@@ -3,12 +3,37 @@
 // maximum; Rates meters what each principal starts, with a token bucket per principal. Both
 // keep a map entry only for a principal that holds something, or whose bucket is not full:
 // an idle principal costs nothing. Bucket is one token bucket, for a rate of one socket.
+// Pause slows a client that goes on asking beyond its bounds.
 package quota
 
 import (
+	"context"
 	"sync"
 	"time"
 )
+
+// DefaultPause is the default of the gateway's refusal delay (Pause): a client over its
+// bounds is told no in half a second, which an honest one, told to wait anyway, hardly
+// notices, and a flood is slowed to two refusals a second per connection.
+const DefaultPause = 500 * time.Millisecond
+
+// Pause waits d, or until ctx is done, before a refusal by a bound is answered (or, on a
+// socket, before its next frame is read). A client that waits for each answer before it asks
+// again (a request of an HTTP/1.1 connection, a frame of a paused socket) is slowed to one
+// refusal per d per connection: a flood beyond its bounds then costs the gateway little CPU
+// beside its other principals, where answering at once would let it take a core refusing.
+// d <= 0: no pause.
+func Pause(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
 
 // Counts counts, per principal, what it holds at once. The zero value is empty and ready;
 // it is safe for concurrent use.
