@@ -10,12 +10,14 @@ import (
 	"github.com/wsgateway/wsgateway/usage"
 )
 
-// BenchmarkFirstEvent measures turns one after another on one socket, two in each thread
+// BenchmarkFirstEvent measures turns one after another on one socket, three in each thread
 // (b.N threads): the time from the run frame's write to its first event's receipt
 // (run.accepted), the time every user waits before anything shows. It reports the median
-// and the 99th percentile of a thread's first turn (new-) and of its second (next-), whose
-// run frame is sent as the first's terminal arrives, while the first's end is written to the
-// thread.
+// and the 99th percentile of a thread's first turn (new-), of its second (next-), whose run
+// frame, a new message, is sent as the first's terminal arrives, while the first's end is
+// written to the thread, and of a regenerate of the second's reply sent the same way
+// (regen-: the reply is read from its log if its end has not reached the thread, and kept as
+// a branch, THREADS.md section 7).
 //
 //	go test -run '^$' -bench FirstEvent -benchtime 300x ./conversation/
 func BenchmarkFirstEvent(b *testing.B) {
@@ -36,12 +38,18 @@ func firstEvent(b *testing.B, o envOptions, sc script) {
 	o.runFrameRate, o.runFrameBurst = 1e6, 1e6
 	e := newEnv(b, o)
 	cl := dial(b, e.url(), "")
-	var lat [2][]time.Duration
+	var lat [3][]time.Duration
 	for i := range b.N {
 		thread := fmt.Sprintf("first-%d-%d", b.N, i)
-		for turn := range 2 {
+		for turn := range 3 {
+			// The second turn posts a message of its own (the first one's id again would be a
+			// regenerate); the third posts the thread's messages up to the second's again.
+			msgs := []string{fmt.Sprintf("u%d", turn), "hello"}
+			if turn == 2 {
+				msgs = []string{"u0", "hello", "u1", "hello"}
+			}
 			sent := time.Now()
-			cl.send(threadFrame(thread, fmt.Sprintf("%s-%d", thread, turn), sc, "u", "hello"))
+			cl.send(threadFrame(thread, fmt.Sprintf("%s-%d", thread, turn), sc, msgs...))
 			f := cl.next(20 * time.Second)
 			lat[turn] = append(lat[turn], time.Since(sent))
 			if f.err != nil || f.Type != "CUSTOM" {
@@ -50,7 +58,7 @@ func firstEvent(b *testing.B, o envOptions, sc script) {
 			cl.untilTerminal()
 		}
 	}
-	for turn, name := range []string{"new", "next"} {
+	for turn, name := range []string{"new", "next", "regen"} {
 		l := lat[turn]
 		slices.Sort(l)
 		b.ReportMetric(float64(l[len(l)/2].Microseconds()), name+"-p50-µs")
