@@ -35,7 +35,9 @@
 // is answered with a bare RUN_ERROR and the socket stays open: code invalid_input (invalid
 // frame), forbidden (another principal's runId), log_unavailable (the log cannot be
 // created), limit_exceeded (MsgTooManyTurns beyond Config.MaxTurnsPerSocket, MsgRunFrameRate
-// beyond a token bucket of Config.RunFrameRate per second and Config.RunFrameBurst).
+// beyond a token bucket of Config.RunFrameRate per second and Config.RunFrameBurst). After
+// such a refusal by a bound the socket reads its next frame Config.RefusalDelay later, and a
+// 429 of a bound is answered after it (quota.Pause).
 //
 // A request with an offset query parameter becomes a resume socket: it replays the run's log
 // strictly after the offset, tails it until the log is closed, then closes 1000. Inbound
