@@ -143,7 +143,15 @@ type Metrics struct {
 
 	ttft, interToken, tokenRate, turnDuration *prometheus.HistogramVec
 	tokens                                    *prometheus.CounterVec
-	agentLabels                               atomic.Pointer[prometheus.Labels]
+	agent                                     atomic.Pointer[agentSeries]
+}
+
+// agentSeries is the series of the agent histograms under the current agent and model
+// labels, looked up once (SetAgent) rather than at each observation: a run observes its
+// inter-token gap at every delta.
+type agentSeries struct {
+	labels                                    prometheus.Labels
+	ttft, interToken, tokenRate, turnDuration prometheus.Observer
 }
 
 // latencyBuckets span 100 µs to about 3 s.
@@ -236,7 +244,7 @@ func New(reg prometheus.Registerer) *Metrics {
 		Namespace: "wsgateway", Subsystem: "agent", Name: "tokens_total",
 		Help: "Tokens the agent reported in its runs' usage (RUN_FINISHED, RUN_ERROR), counted once per run by its producer, by agent, model and kind (input, output, total).",
 	}, []string{"agent", "model", "kind"})
-	m.agentLabels.Store(&prometheus.Labels{"agent": "none", "model": "none"})
+	m.setAgent(prometheus.Labels{"agent": "none", "model": "none"})
 	reg.MustRegister(m.ttft, m.interToken, m.tokenRate, m.turnDuration, m.tokens)
 	reg.MustRegister(m.openSockets, m.turnsStarted, m.turnsEnded, m.eventsAppended,
 		m.appendLatency, m.deliveryLatency, m.resumes, m.framesDropped, m.limitRefusals, m.runsReaped, m.takeovers, m.renewals, m.ready)
@@ -406,16 +414,21 @@ func (m *Metrics) SetAgent(agent, model string) {
 	if model == "" {
 		model = "none"
 	}
-	l := prometheus.Labels{"agent": agent, "model": model}
-	m.agentLabels.Store(&l)
 	for _, h := range []*prometheus.HistogramVec{m.ttft, m.interToken, m.tokenRate, m.turnDuration} {
 		h.Reset()
-		h.With(l) // exposed from the start, as the closed-set series
 	}
+	m.setAgent(prometheus.Labels{"agent": agent, "model": model})
 	m.tokens.Reset()
 	for _, k := range tokenKinds {
 		m.tokens.WithLabelValues(agent, model, k)
 	}
+}
+
+// setAgent makes l the agent histograms' labels: their series under l exist from now on,
+// exposed from the start as the closed-set series.
+func (m *Metrics) setAgent(l prometheus.Labels) {
+	m.agent.Store(&agentSeries{labels: l, ttft: m.ttft.With(l), interToken: m.interToken.With(l),
+		tokenRate: m.tokenRate.With(l), turnDuration: m.turnDuration.With(l)})
 }
 
 // RunLatency is what a turn measured of its run, for the agent histograms.
@@ -433,25 +446,28 @@ func (m *Metrics) RunMeasured(r RunLatency) {
 	if m == nil {
 		return
 	}
+	a := m.agent.Load()
 	if r.Deltas > 0 {
-		m.observe(m.ttft, r.FirstToken.Seconds(), r.Exemplar)
+		observe(a.ttft, r.FirstToken.Seconds(), r.Exemplar)
 	}
 	if r.Deltas > 1 && r.Span > 0 {
-		m.observe(m.tokenRate, float64(r.Deltas-1)/r.Span.Seconds(), r.Exemplar)
+		observe(a.tokenRate, float64(r.Deltas-1)/r.Span.Seconds(), r.Exemplar)
 	}
-	m.observe(m.turnDuration, r.Duration.Seconds(), r.Exemplar)
+	observe(a.turnDuration, r.Duration.Seconds(), r.Exemplar)
 }
 
 // TokenGap observes d, the time between two consecutive deltas of a run stored, by its
-// producer; exemplar as RunLatency's.
+// producer; exemplar as RunLatency's, nil for none. An exemplar costs allocations at every
+// observation that carries one, and a bucket shows the last it got: a run gives it with its
+// slowest gap so far only (turn).
 func (m *Metrics) TokenGap(d time.Duration, exemplar prometheus.Labels) {
 	if m != nil {
-		m.observe(m.interToken, d.Seconds(), exemplar)
+		observe(m.agent.Load().interToken, d.Seconds(), exemplar)
 	}
 }
 
-func (m *Metrics) observe(h *prometheus.HistogramVec, v float64, exemplar prometheus.Labels) {
-	o := h.With(*m.agentLabels.Load())
+// observe observes v in o, with exemplar unless it is empty.
+func observe(o prometheus.Observer, v float64, exemplar prometheus.Labels) {
 	if eo, ok := o.(prometheus.ExemplarObserver); ok && len(exemplar) > 0 {
 		eo.ObserveWithExemplar(v, exemplar)
 		return
@@ -494,7 +510,7 @@ func (m *Metrics) TokensUsed(u Usage) {
 	if m == nil {
 		return
 	}
-	l := *m.agentLabels.Load()
+	l := m.agent.Load().labels
 	for i, n := range []int64{u.Input, u.Output, u.Total} {
 		if n > 0 {
 			m.tokens.WithLabelValues(l["agent"], l["model"], tokenKinds[i]).Add(float64(n))

@@ -372,6 +372,7 @@ type Turn struct {
 	deltas     int
 	firstDelta time.Time
 	lastDelta  time.Time
+	maxGap     time.Duration            // the slowest gap between two deltas so far
 	usage      metrics.Usage            // of the terminals stored
 	byModel    map[string]metrics.Usage // the same by model, for Config.Used
 }
@@ -534,14 +535,18 @@ func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<-
 }
 
 // deltaStored counts a text or tool-call delta stored at now, and observes its gap to the
-// previous one.
+// previous one, with the run's exemplar when it is the run's slowest gap so far.
 func (t *Turn) deltaStored(now time.Time) {
 	t.latMu.Lock()
 	defer t.latMu.Unlock()
 	if t.deltas == 0 {
 		t.firstDelta = now
 	} else {
-		t.cfg.Metrics.TokenGap(now.Sub(t.lastDelta), t.exemplar)
+		gap, exemplar := now.Sub(t.lastDelta), prometheus.Labels(nil)
+		if t.deltas == 1 || gap > t.maxGap {
+			t.maxGap, exemplar = gap, t.exemplar
+		}
+		t.cfg.Metrics.TokenGap(gap, exemplar)
 	}
 	t.deltas++
 	t.lastDelta = now
