@@ -56,6 +56,50 @@ type wireOut struct {
 	ToolCallID string          `json:"toolCallId,omitempty"`
 }
 
+// appendJSON appends w's JSON as json.Marshal writes it, and returns it with Content's bytes
+// within it. Content (written by mustJSON) is compact and escaped already: json.Marshal would
+// parse it again, and a turn converts every message of its window.
+func (w wireOut) appendJSON(b []byte) (raw, content json.RawMessage) {
+	b = append(b, `{"id":`...)
+	b = appendJSONString(b, w.ID)
+	b = append(b, `,"role":`...)
+	b = appendJSONString(b, w.Role)
+	at, end := 0, 0
+	if len(w.Content) > 0 {
+		b = append(b, `,"content":`...)
+		at = len(b)
+		b = append(b, w.Content...)
+		end = len(b)
+	}
+	if len(w.ToolCalls) > 0 {
+		b = append(b, `,"toolCalls":[`...)
+		for i, c := range w.ToolCalls {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"id":`...)
+			b = appendJSONString(b, c.ID)
+			b = append(b, `,"type":`...)
+			b = appendJSONString(b, c.Type)
+			b = append(b, `,"function":{"name":`...)
+			b = appendJSONString(b, c.Function.Name)
+			b = append(b, `,"arguments":`...)
+			b = appendJSONString(b, c.Function.Arguments)
+			b = append(b, `}}`...)
+		}
+		b = append(b, ']')
+	}
+	if w.ToolCallID != "" {
+		b = append(b, `,"toolCallId":`...)
+		b = appendJSONString(b, w.ToolCallID)
+	}
+	b = append(b, '}')
+	if end > at {
+		content = b[at:end:end]
+	}
+	return b, content
+}
+
 type wireCallOut struct {
 	ID       string       `json:"id"`
 	Type     string       `json:"type"`
@@ -85,7 +129,8 @@ type wireFunction struct {
 func AgentMessages(msgs []Message) []protocol.Message {
 	var out []protocol.Message
 	add := func(w wireOut) {
-		out = append(out, protocol.Message{ID: w.ID, Role: w.Role, Content: w.Content, ToolCallID: w.ToolCallID, Raw: mustJSON(w)})
+		raw, content := w.appendJSON(nil)
+		out = append(out, protocol.Message{ID: w.ID, Role: w.Role, Content: content, ToolCallID: w.ToolCallID, Raw: raw})
 	}
 	for _, m := range msgs {
 		switch m.Role {

@@ -102,6 +102,43 @@ func TestAgentMessages(t *testing.T) {
 	if raws(got) != want {
 		t.Fatalf("AgentMessages:\n%s\nwant\n%s", raws(got), want)
 	}
+	// Content is the content of Raw.
+	for _, m := range got {
+		var w struct {
+			Content json.RawMessage `json:"content"`
+		}
+		if err := json.Unmarshal(m.Raw, &w); err != nil || string(w.Content) != string(m.Content) {
+			t.Fatalf("%s: Content %s, in Raw %s (%v)", m.ID, m.Content, w.Content, err)
+		}
+	}
+	// Text that encoding/json escapes is escaped as it would escape it.
+	odd := "<a href=\"x\">&</a> \u2028 \x7f é \\ \t"
+	tricky := thread.AgentMessages([]thread.Message{{ID: "u<3>", Role: "user", Parts: []thread.Part{{Type: "text", Content: odd}}},
+		{ID: "a&", Role: "assistant", Parts: []thread.Part{{Type: "text", Content: odd}, {Type: "tool-call", ID: "c<1>", Name: "f&", Arguments: odd, State: "complete"},
+			{Type: "tool-result", ToolCallID: "c<1>", Content: odd, State: "complete"}}}})
+	type call struct {
+		ID       string `json:"id"`
+		Type     string `json:"type"`
+		Function struct {
+			Name      string `json:"name"`
+			Arguments string `json:"arguments"`
+		} `json:"function"`
+	}
+	type wire struct {
+		ID         string `json:"id"`
+		Role       string `json:"role"`
+		Content    string `json:"content,omitempty"`
+		ToolCalls  []call `json:"toolCalls,omitempty"`
+		ToolCallID string `json:"toolCallId,omitempty"`
+	}
+	c := call{ID: "c<1>", Type: "function"}
+	c.Function.Name, c.Function.Arguments = "f&", odd
+	for i, w := range []wire{{ID: "u<3>", Role: "user", Content: odd}, {ID: "a&", Role: "assistant", Content: odd, ToolCalls: []call{c}},
+		{ID: "tool-c<1>", Role: "tool", Content: odd, ToolCallID: "c<1>"}} {
+		if b, _ := json.Marshal(w); i >= len(tricky) || string(tricky[i].Raw) != string(b) {
+			t.Fatalf("AgentMessages of text to escape, message %d:\n%s\nwant\n%s", i, raws(tricky), b)
+		}
+	}
 	// Every message is one a run frame may carry.
 	in := []byte(`{"threadId":"t","runId":"r","messages":[` + strings.Join(strings.Split(strings.TrimSpace(want), "\n"), ",") + `]}`)
 	if _, err := protocol.DecodeRunAgentInput(in); err != nil {

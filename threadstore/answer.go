@@ -93,14 +93,11 @@ func (s *Store) AgentMessages(ctx context.Context, t *Thread, runID string, earl
 			}
 		}
 	}
-	msgs := tr.Context(runID)
-	if t.Sealed != nil {
-		older, err := s.sealedMessages(ctx, t, budget)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("reading the thread's older messages: %w", err))
-		}
-		msgs = append(older, msgs...)
+	msgs, err := s.sealedAgentMessages(ctx, t, budget)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("reading the thread's older messages: %w", err))
 	}
-	input, w := thread.AgentInput(thread.AgentMessages(msgs), posted, budget)
+	msgs = append(msgs, thread.AgentMessages(tr.Context(runID))...)
+	input, w := thread.AgentInput(msgs, posted, budget)
 	return input, w, errors.Join(errs...)
 }

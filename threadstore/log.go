@@ -10,8 +10,10 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/thread"
 )
 
@@ -76,6 +78,28 @@ func (r RecordRef) end() int { return r.From + r.Count }
 type threadRecord struct {
 	Messages []thread.Message `json:"messages"`
 	Runs     []ThreadRun      `json:"runs,omitempty"`
+
+	// agent is what the agents of later turns are given of Messages (thread.AgentMessages),
+	// converted once, by its first reader: a record never changes, and every turn of a long
+	// thread gives its agent the same sealed messages again.
+	agent atomic.Pointer[[]protocol.Message]
+}
+
+// agentMessages returns rec's messages as an agent is given them, and whether this call
+// converted them (the record's cached size then grows by their bytes).
+func (rec *threadRecord) agentMessages() ([]protocol.Message, int) {
+	if p := rec.agent.Load(); p != nil {
+		return *p, 0
+	}
+	msgs := thread.AgentMessages(rec.Messages)
+	if !rec.agent.CompareAndSwap(nil, &msgs) {
+		return *rec.agent.Load(), 0
+	}
+	n := 0
+	for _, m := range msgs {
+		n += len(m.Raw)
+	}
+	return msgs, n
 }
 
 // threadSegment is one segment: segmentSize records, oldest first, and the segment before.
@@ -710,27 +734,44 @@ func postedMessages(input json.RawMessage) []postedMessage {
 	return in.Messages
 }
 
-// sealedMessages returns the newest of t's sealed messages, oldest first, at least budget
-// bytes of their JSON if it has as many (all of them for budget <= 0), after its leading
-// system messages (Sealed.Lead) when the newest do not reach back to them. It returns nil
-// for a thread with none sealed.
-func (s *Store) sealedMessages(ctx context.Context, t *Thread, budget int) ([]thread.Message, error) {
+// sealedAgentMessages returns the newest of t's sealed messages as an agent is given them
+// (thread.AgentMessages), oldest first: those of the newest records that hold at least budget
+// bytes of JSON if it has as many (all of them for budget <= 0), after its leading system
+// messages (Sealed.Lead) when those records do not reach back to them. It returns nil for a
+// thread with none sealed. Each record is converted once (threadRecord.agentMessages).
+func (s *Store) sealedAgentMessages(ctx context.Context, t *Thread, budget int) ([]protocol.Message, error) {
 	if t == nil || t.Sealed == nil {
 		return nil, nil
 	}
 	key := threadKey(t.Principal, t.ThreadID)
-	from, size := t.Sealed.Count, 0
+	var refs []RecordRef
+	size := 0
 	if err := s.refs(ctx, key, t.Sealed, nil, func(r RecordRef) bool {
-		from, size = r.From, size+r.Bytes
+		refs, size = append(refs, r), size+r.Bytes
 		return budget <= 0 || size < budget
 	}); err != nil {
 		return nil, err
 	}
-	msgs, err := s.sealedRange(ctx, key, t.Sealed, nil, from, t.Sealed.Count)
+	slices.Reverse(refs)
+	recs, err := s.readRecords(ctx, key, refs)
 	if err != nil {
 		return nil, err
 	}
-	return append(slices.Clip(t.Sealed.Lead[:min(len(t.Sealed.Lead), from)]), msgs...), nil
+	from, held := t.Sealed.Count, 0
+	if len(refs) > 0 {
+		from = refs[0].From
+	}
+	out := thread.AgentMessages(t.Sealed.Lead[:min(len(t.Sealed.Lead), from)])
+	for i, rec := range recs {
+		msgs, converted := rec.agentMessages()
+		s.records.grow(refs[i].ID, converted)
+		out = append(out, msgs...)
+		held += len(rec.Messages)
+	}
+	if held != t.Sealed.Count-from {
+		return nil, fmt.Errorf("thread: records hold %d of the messages %d to %d", held, from, t.Sealed.Count)
+	}
+	return out, nil
 }
 
 // Active returns what a hydrate shows of t while runID is running, given its events so far:
@@ -907,6 +948,21 @@ func (c *recordCache) get(id string) any {
 	cr.at = time.Now()
 	c.order.MoveToFront(e)
 	return cr.v
+}
+
+// grow adds n bytes to the size of id's entry, if it is kept: what was computed from it
+// (threadRecord.agentMessages).
+func (c *recordCache) grow(id string, n int) {
+	if n == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if e, ok := c.by[id]; ok {
+		e.Value.(*cachedRecord).size += n
+		c.size += n
+		c.trimLocked(time.Now())
+	}
 }
 
 // trimLocked drops, least recently used first, what was not used for keptFor and what

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -141,17 +142,25 @@ func TestThreadLog(t *testing.T) {
 	}
 	want = append(want, "urx", "a-rx")
 
-	// The agent's context: the newest sealed messages, at least the budget's bytes.
-	msgs, err := s.sealedMessages(ctx, th, 2000)
+	// The agent's context: the newest sealed messages, at least the budget's bytes, as
+	// thread.AgentMessages converts them, the second time as the first.
+	msgs, err := s.sealedAgentMessages(ctx, th, 2000)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, _ := json.Marshal(msgs)
-	if len(b) < 1000 || len(msgs) == th.Sealed.Count || msgs[len(msgs)-1].ID != want[th.Sealed.Count-1] {
-		t.Fatalf("sealedMessages(2000): %d messages, %d bytes, last %s", len(msgs), len(b), msgs[len(msgs)-1].ID)
+	whole, err := s.sealedAgentMessages(ctx, th, 0)
+	if err != nil || len(whole) != th.Sealed.Count {
+		t.Fatalf("sealedAgentMessages(0): %d messages, want %d (%v)", len(whole), th.Sealed.Count, err)
 	}
-	if all, _ := s.sealedMessages(ctx, th, 0); len(all) != th.Sealed.Count {
-		t.Fatalf("sealedMessages(0): %d messages, want %d", len(all), th.Sealed.Count)
+	if len(msgs) < 5 || len(msgs) == th.Sealed.Count || !reflect.DeepEqual(msgs, whole[len(whole)-len(msgs):]) {
+		t.Fatalf("sealedAgentMessages(2000): %d messages, last %s; not the newest of all %d", len(msgs), msgs[len(msgs)-1].ID, len(whole))
+	}
+	sealed, err := s.sealedRange(ctx, threadKey("alice", "T"), th.Sealed, nil, 0, th.Sealed.Count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := s.sealedAgentMessages(ctx, th, 0); !reflect.DeepEqual(again, thread.AgentMessages(sealed)) || !reflect.DeepEqual(again, whole) {
+		t.Fatalf("sealedAgentMessages(0) again: not thread.AgentMessages of the sealed messages")
 	}
 }
 
