@@ -99,7 +99,7 @@ func (l *threadRun) Accepted() <-chan struct{} { return l.accepted }
 // Keep keeps event for the thread. A terminal ends the run's events: the thread's next run,
 // whose client may post it as soon as it has the terminal, reads them here until the thread
 // has them (Server.settled), which Closed ends.
-func (l *threadRun) Keep(event []byte) {
+func (l *threadRun) Keep(event []byte, terminal bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.size += len(event)
@@ -111,7 +111,7 @@ func (l *threadRun) Keep(event []byte) {
 		l.srv.settled.Delete(runKey{l.principal, l.runID}) // read from the log instead
 	default:
 		l.events = append(l.events, event)
-		if terminal(event) {
+		if terminal {
 			l.srv.settled.Store(runKey{l.principal, l.runID}, l.events)
 		}
 	}

@@ -80,9 +80,10 @@ type Thread interface {
 	// Accepted is closed once the run is recorded in its thread, or the first attempt to
 	// record it failed (the thread then retries on its own).
 	Accepted() <-chan struct{}
-	// Keep is handed each event about to be appended, from the turn's goroutines one at a
-	// time; it must not block.
-	Keep(event []byte)
+	// Keep is handed each event about to be appended, and whether it is the run's terminal
+	// (RUN_FINISHED or RUN_ERROR), from the turn's goroutines one at a time; it must not
+	// block.
+	Keep(event []byte, terminal bool)
 	// Closed is called once, from the driver, when the turn closed its log: err is the
 	// close's error (a log that failed is left to whoever ends it: a reaper, a resubmit). It
 	// returns once the run's end is in its thread, or the thread gave up.
@@ -500,7 +501,7 @@ func (t *Turn) appendLocked(ev *protocol.Event, emitted time.Time, stored chan<-
 	// The marker is delivered once the run is in its thread too (Thread).
 	var accepted <-chan struct{}
 	if th := t.cfg.Thread; th != nil {
-		th.Keep(data)
+		th.Keep(data, terminal)
 		if !t.appended {
 			accepted = th.Accepted()
 		}

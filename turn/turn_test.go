@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -731,19 +732,23 @@ type recordThread struct {
 	accept chan struct{}
 	sk     *sink // the turn's sink: what it held when each call came
 
-	mu       sync.Mutex
-	kept     []string
-	closed   int
-	closeErr error
-	atClose  int // frames delivered when Closed came
+	mu        sync.Mutex
+	kept      []string
+	terminals []int // the indexes in kept of the events Keep was told are terminals
+	closed    int
+	closeErr  error
+	atClose   int // frames delivered when Closed came
 }
 
 func (r *recordThread) Accepted() <-chan struct{} { return r.accept }
 
-func (r *recordThread) Keep(event []byte) {
+func (r *recordThread) Keep(event []byte, terminal bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.kept = append(r.kept, string(event))
+	if terminal {
+		r.terminals = append(r.terminals, len(r.kept)-1)
+	}
 }
 
 func (r *recordThread) Closed(err error) {
@@ -807,6 +812,9 @@ func TestThreadStep(t *testing.T) {
 	}
 	if got, want := typesOf(kept), typesOf(stored); got != want {
 		t.Errorf("kept %s, want what the log stored, %s", got, want)
+	}
+	if want := []int{len(kept) - 1}; !slices.Equal(th.terminals, want) {
+		t.Errorf("Keep told the events %v are terminals, want %v (RUN_FINISHED)", th.terminals, want)
 	}
 	if th.closed != 1 || th.closeErr != nil || th.atClose != len(frames) {
 		t.Errorf("Closed %d times (err %v, after %d of %d frames), want once, nil, after every frame", th.closed, th.closeErr, th.atClose, len(frames))
