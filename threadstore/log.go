@@ -408,13 +408,18 @@ func (s *Store) refs(ctx context.Context, key string, sealed *Sealed, from *Reco
 	return nil
 }
 
-// readRecords returns the records refs name, in their order, reading readers at once.
+// readRecords returns the records refs name, in their order: those the cache holds at once,
+// the others read readers at once.
 func (s *Store) readRecords(ctx context.Context, key string, refs []RecordRef) ([]*threadRecord, error) {
 	recs := make([]*threadRecord, len(refs))
 	errs := make([]error, len(refs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, readers)
 	for i, r := range refs {
+		if rec, ok := s.records.get(r.ID).(*threadRecord); ok {
+			recs[i] = rec
+			continue
+		}
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()

@@ -236,6 +236,24 @@ func (r *results) rows() []tableRow {
 	row("throughput, errors + failed turns", num(e1, n1, "%.0f"), num(e2, n2, "%.0f"), "", "0")
 
 	for _, l := range []struct {
+		name, format, target string
+		f                    func(*report) float64
+	}{
+		{"turns, turns/s completed, 100 sockets × 100 turns × 5 deltas, a thread each", "%.0f", "", func(x *report) float64 { return float64(x.TurnsCompleted) / x.LoadSeconds }},
+		{"turns, server CPU µs per turn", "%.0f", "", measured(func(x *report) float64 { return x.ServerCPUSeconds * 1e6 / float64(x.TurnsCompleted) })},
+		{"turns, first event from run frame p50 (ms)", "%.2f", "", func(x *report) float64 { return pct(x.FirstEventLatency, 50) }},
+		{"turns, first event from run frame p99 (ms)", "%.2f", "", func(x *report) float64 { return pct(x.FirstEventLatency, 99) }},
+		{"turns, errors + failed turns", "%.0f", "0", errs},
+	} {
+		a, na := median(r.load["turns.gateway"], l.f)
+		b, nb := median(r.load["turns.reference"], l.f)
+		rt := ""
+		if l.target == "" {
+			rt = ratio(a, b, na, nb)
+		}
+		row(l.name, num(a, na, l.format), num(b, nb, l.format), rt, l.target)
+	}
+	for _, l := range []struct {
 		name string
 		f    func(*report) float64
 	}{
