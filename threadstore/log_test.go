@@ -152,7 +152,7 @@ func TestThreadLog(t *testing.T) {
 	if err != nil || len(whole) != th.Sealed.Count {
 		t.Fatalf("sealedAgentMessages(0): %d messages, want %d (%v)", len(whole), th.Sealed.Count, err)
 	}
-	if len(msgs) < 5 || len(msgs) == th.Sealed.Count || !reflect.DeepEqual(msgs, whole[len(whole)-len(msgs):]) {
+	if len(msgs) < 5 || len(msgs) == th.Sealed.Count || msgs[len(msgs)-1].ID != want[th.Sealed.Count-1] || !reflect.DeepEqual(msgs, whole[len(whole)-len(msgs):]) {
 		t.Fatalf("sealedAgentMessages(2000): %d messages, last %s; not the newest of all %d", len(msgs), msgs[len(msgs)-1].ID, len(whole))
 	}
 	sealed, err := s.sealedRange(ctx, threadKey("alice", "T"), th.Sealed, nil, 0, th.Sealed.Count)
