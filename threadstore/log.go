@@ -85,8 +85,8 @@ type threadRecord struct {
 	agent atomic.Pointer[[]protocol.Message]
 }
 
-// agentMessages returns rec's messages as an agent is given them, and whether this call
-// converted them (the record's cached size then grows by their bytes).
+// agentMessages returns rec's messages as an agent is given them, and the bytes of JSON this
+// call converted (0 when an earlier call did): the record's size in the cache grows by them.
 func (rec *threadRecord) agentMessages() ([]protocol.Message, int) {
 	if p := rec.agent.Load(); p != nil {
 		return *p, 0
