@@ -700,9 +700,16 @@ func (s *Store) createConsumer(ctx context.Context, st natsjs.Stream, cfg natsjs
 // answer, or whose delete failed (a timeout on a busy cluster). A delete may find none while
 // the creation is still on its way (in a cluster, through the meta leader's log) and made
 // after: deletes are tried, further and further apart, until one deletes it, or the store
-// closes, or for twice unansweredWatch.
+// closes, or for twice unansweredWatch. A store closed already deletes nothing more: its
+// Close may be waiting for its goroutines, and the server drops the consumer anyway.
 func (s *Store) deleteLater(st natsjs.Stream, name string) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return
+	}
 	s.wg.Add(1)
+	s.mu.Unlock()
 	go func() {
 		defer s.wg.Done()
 		for wait := 100 * time.Millisecond; ; wait *= 2 {

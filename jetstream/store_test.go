@@ -775,3 +775,27 @@ func TestEnded(t *testing.T) {
 		t.Errorf("Ended of another principal's run = %v, want ErrUnknownRun", err)
 	}
 }
+
+// TestDeleteLaterWhileClosing starts the background delete of a consumer whose creation got
+// no answer while the store closes, as a thread's reap does when the gateway shuts down: the
+// race detector fails it when deleteLater's goroutine is counted without the store's lock
+// that Close takes before it waits for its goroutines.
+func TestDeleteLaterWhileClosing(t *testing.T) {
+	s := openStore(t, testConfig(t))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	sh, err := s.shard(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 20 {
+			s.deleteLater(sh.stream, "gone-"+strconv.Itoa(i))
+		}
+	}()
+	s.Close()
+	<-done
+	s.wg.Wait() // a delete started after Close's wait would still be running here
+}
