@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -58,28 +57,6 @@ func natsServerBinary(tb testing.TB) string {
 		tb.Fatal(natsErr)
 	}
 	return natsBin
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	return freePorts(tb, 1)[0]
-}
-
-// freePorts returns n distinct loopback TCP ports free a moment ago: every listener is held
-// until all n are picked, so that no two of them are the same port.
-func freePorts(tb testing.TB, n int) []int {
-	tb.Helper()
-	ports := make([]int, 0, n)
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			tb.Fatal(err)
-		}
-		defer ln.Close()
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	return ports
 }
 
 // natsNode is one nats-server process of a test cluster. It keeps its ports and store
@@ -202,7 +179,7 @@ func startNATSClusterOn(tb testing.TB, hosts []*netHost) *natsCluster {
 		var routes, urls []string
 		ports := []int{4222, 6222, 8222, 4222, 6222, 8222, 4222, 6222, 8222}
 		if hosts == nil {
-			ports = freePorts(tb, 9)
+			ports = testenv.FreePorts(tb, 9)
 		}
 		for i := range 3 {
 			n := &natsNode{

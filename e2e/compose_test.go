@@ -346,7 +346,7 @@ func flagValue(args []string, flag string) string {
 // connecting to NATS (exit 1), an invalid one stops at once (exit 2).
 func checkGatewayCommandLine(tb testing.TB, service string, args []string) {
 	tb.Helper()
-	args = append(slices.Clone(args), "--addr", "127.0.0.1:0", "--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", freePort(tb)))
+	args = append(slices.Clone(args), "--addr", "127.0.0.1:0", "--nats-url", fmt.Sprintf("nats://127.0.0.1:%d", testenv.FreePort(tb)))
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gatewayBin, append([]string{"serve"}, args...)...)

@@ -15,6 +15,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/internal/testenv"
 )
 
 // TestDebugAddr starts a gateway with --debug-addr given as a bare port: Go's pprof and the
@@ -22,7 +24,7 @@ import (
 // not on the main listener. A gateway without the flag listens on its --addr and its embedded
 // NATS server only, and its main listener serves no /debug/ path either.
 func TestDebugAddr(t *testing.T) {
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	on := startGateway(t, "--debug-addr", strconv.Itoa(port))
 	off := startGateway(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -51,7 +51,7 @@ func jaegerBin(tb testing.TB) string {
 func startJaeger(tb testing.TB) *jaeger {
 	tb.Helper()
 	bin := jaegerBin(tb)
-	ports := freePorts(tb, 3)
+	ports := testenv.FreePorts(tb, 3)
 	otlp, query, grpc := ports[0], ports[1], ports[2]
 	config := fmt.Sprintf(`service:
   extensions: [jaeger_storage, jaeger_query]

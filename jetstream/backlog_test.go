@@ -16,7 +16,7 @@ import (
 // restartableServer starts a NATS server a test can shut down and start again on the same
 // port and store (testenv.StartNATS(t, opts)), and returns a store's config for it.
 func restartableServer(t *testing.T) (server.Options, *server.Server, Config) {
-	opts := server.Options{Port: freePort(t), StoreDir: t.TempDir()}
+	opts := server.Options{Port: testenv.FreePort(t), StoreDir: t.TempDir()}
 	ns := testenv.StartNATS(t, opts)
 	cfg := testConfig(t)
 	cfg.URLs = ns.ClientURL()

@@ -21,14 +21,17 @@ import (
 // in its own directory, and waits until JetStream has a meta leader.
 func startCluster(tb testing.TB) []*server.Server {
 	tb.Helper()
-	ports := []int{freePort(tb), freePort(tb), freePort(tb)}
+	// Client ports chosen beside the route ports: a random client port taken after the route
+	// ports were chosen could be one of them, and that node would not start.
+	ports := testenv.FreePorts(tb, 6)
 	var routes []string
-	for _, p := range ports {
+	for _, p := range ports[:3] {
 		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", p))
 	}
 	var nodes []*server.Server
-	for i, p := range ports {
+	for i, p := range ports[:3] {
 		nodes = append(nodes, testenv.StartNATS(tb, server.Options{
+			Port:       ports[3+i],
 			ServerName: fmt.Sprintf("n%d", i+1),
 			StoreDir:   tb.TempDir(),
 			Cluster:    server.ClusterOpts{Name: "wsgateway-test", Host: "127.0.0.1", Port: p},

@@ -1,7 +1,9 @@
 // Package jetstream keeps every run's event log on NATS JetStream: append with group commit
-// and fencing, read and tail from an offset, run metadata, producer leases, the reaper,
-// retention, abort requests between gateways, and the embedded nats-server used when no
-// external one is configured.
+// and fencing, read and tail from an offset, run metadata, the closing or takeover of the
+// runs whose producer is gone, retention, abort requests between gateways, and the embedded
+// nats-server used when no external one is configured. The producer leases, the store's
+// liveness key and the judgement of which leases expired are package lease's
+// (jetstream/lease), which hands each lease it claims back to the store (reaper.go).
 //
 // # API
 //

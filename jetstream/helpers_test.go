@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -40,17 +39,6 @@ func openStore(tb testing.TB, cfg Config) *Store {
 	}
 	tb.Cleanup(func() { s.Close() })
 	return s
-}
-
-// freePort returns a loopback TCP port that was free a moment ago.
-func freePort(tb testing.TB) int {
-	tb.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		tb.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 func event(run string, i int) []byte {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 	"github.com/wsgateway/wsgateway/internal/testenv"
+	"github.com/wsgateway/wsgateway/jetstream/lease"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -56,11 +57,11 @@ func TestForeignCreateTouchesNothing(t *testing.T) {
 					t.Fatalf("gen %d: Create by another principal = %v, want ErrForbidden", gen, err)
 				}
 			}
-			l, err := a.leases.Get(ctx, runKey("r"))
+			l, err := a.leaseKV.Get(ctx, runKey("r"))
 			if err != nil {
 				t.Fatalf("gen %d, attempt %d: the owner's lease: %v", gen, i, err)
 			}
-			var got lease
+			var got lease.Value
 			if err := json.Unmarshal(l.Value(), &got); err != nil || got.Owner != a.cfg.Owner || got.Gen != gen {
 				t.Fatalf("gen %d, attempt %d: lease = %s, want the owner's (%s, gen %d)", gen, i, l.Value(), a.cfg.Owner, gen)
 			}
@@ -92,7 +93,7 @@ func TestForeignCreateTouchesNothing(t *testing.T) {
 	if _, err := b.Create(ctx, "mallory", "r", "t"); !errors.Is(err, ErrForbidden) {
 		t.Fatalf("Create of a closed run by another principal = %v, want ErrForbidden", err)
 	}
-	if l, err := a.leases.Get(ctx, runKey("r")); err == nil {
+	if l, err := a.leaseKV.Get(ctx, runKey("r")); err == nil {
 		t.Fatalf("a refused Create left a lease: %s", l.Value())
 	}
 }

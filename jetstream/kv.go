@@ -7,6 +7,8 @@ import (
 	"time"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/internal/bucket"
 )
 
 // ElectedKV is a KV bucket whose reads and writes wait out a leader election. Each attempt is
@@ -106,5 +108,5 @@ func (k ElectedKV) Retry(ctx context.Context, op func(context.Context) (uint64, 
 
 // refused reports whether a conditional write was refused for the key's state.
 func refused(err error) bool {
-	return IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists)
+	return bucket.IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists)
 }

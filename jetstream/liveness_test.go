@@ -6,6 +6,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/jetstream/lease"
 )
 
 // TestLivenessCostsPerStore: many open runs on two stores cost the lease bucket one write
@@ -57,7 +59,7 @@ func TestLivenessCostsPerStore(t *testing.T) {
 	}
 	const periods = 10
 	before := leaseWrites()
-	time.Sleep(periods * a.renewInterval())
+	time.Sleep(periods * lease.RenewInterval(a.cfg.LeaseTTL))
 	writes := leaseWrites() - before
 	t.Logf("lease bucket writes over %d renewal periods with %d open runs on 2 stores: %d", periods, 2*runs, writes)
 	if writes > 2*(periods+2) {

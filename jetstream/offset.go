@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+
+	"github.com/wsgateway/wsgateway/jetstream/lease"
 )
 
 // KeyEncoding spells hashes with characters valid in subjects and KV keys.
@@ -28,7 +30,7 @@ func runKey(runID string) string {
 // run keys, which have no dot.
 func liveKey(owner string) string {
 	h := sha256.Sum256([]byte("live\x00" + owner))
-	return "live." + KeyEncoding.EncodeToString(h[:])
+	return lease.LivePrefix + KeyEncoding.EncodeToString(h[:])
 }
 
 // logKey names a run's subject.

@@ -20,6 +20,7 @@ import (
 
 	"github.com/wsgateway/wsgateway/budget"
 	"github.com/wsgateway/wsgateway/internal/bucket"
+	"github.com/wsgateway/wsgateway/jetstream/lease"
 )
 
 // Errors returned by the store. Callers compare with errors.Is.
@@ -248,35 +249,31 @@ const (
 
 // Store is a connection to the run log. It is safe for concurrent use.
 type Store struct {
-	cfg    Config
-	ns     *server.Server // the embedded server, nil in external mode
-	nc     *nats.Conn
-	js     natsjs.JetStream
-	meta   natsjs.KeyValue
-	leases natsjs.KeyValue
-	log    *slog.Logger
+	cfg  Config
+	ns   *server.Server // the embedded server, nil in external mode
+	nc   *nats.Conn
+	js   natsjs.JetStream
+	meta natsjs.KeyValue
+	// leaseKV is the lease bucket, which the store provisions and leases keeps: the run
+	// leases, the store's liveness key, the reaper's judgement.
+	leaseKV natsjs.KeyValue
+	leases  *lease.Keeper
+	log     *slog.Logger
 
 	ctx    context.Context // canceled by Close: aborts background work and retries
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background loops
 
-	// answering is since when (Unix ms) JetStream has been answering this store's requests,
-	// 0 while it does not (a disconnection or a failed request resets it): the reaper
+	// health is since when JetStream has been answering this store's requests: the reaper
 	// spares leases that expired while their producers could not renew them.
-	answering atomic.Int64
+	health lease.Health
 
 	// backlog is the bytes appended to this store's writers and not yet stored or failed
 	// (Config.MaxBacklog), a share of Config.Budget; WaitRoom waits on it.
 	backlog *budget.Budget
 
-	// liveKey is this store's liveness key in the lease bucket, which its writers' run
-	// leases name (lease.Live) and renewLoop renews; kick wakes renewLoop for releases.
-	liveKey string
-	kick    chan struct{}
-	// lnc is the connection renewLoop renews the liveness key on, through live (the lease
-	// bucket on it).
-	lnc  *nats.Conn
-	live natsjs.KeyValue
+	// lnc is the connection the liveness key is renewed on (lease.Config.LiveBucket).
+	lnc *nats.Conn
 	// creates bounds the readers' consumer creations in flight (maxCreates).
 	creates chan struct{}
 
@@ -293,7 +290,6 @@ type Store struct {
 	mu       sync.Mutex
 	writers  map[*Writer]struct{}
 	byKey    map[string]*Writer // the newest writer of each run key
-	releases map[string]uint64  // run leases to release (key: revision), see forget
 	idleAcks []*acks            // inboxes released by writers, still subscribed (acks.release)
 	toFinish []RunInfo          // runs closed for a producer that is gone, for runClosed after the reaper's pass
 	// runClosed is OnRunClosed's handler, nil for none.
@@ -315,9 +311,8 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{cfg: cfg, log: cfg.Logger, writers: map[*Writer]struct{}{}, byKey: map[string]*Writer{},
-		releases: map[string]uint64{}, shards: map[int]*shard{}, tails: map[string]*tail{}, catchUps: map[string]*catchUps{},
-		backlog: cfg.Budget.Share(cfg.MaxBacklog), liveKey: liveKey(cfg.Owner), kick: make(chan struct{}, 1),
-		creates: make(chan struct{}, maxCreates)}
+		shards: map[int]*shard{}, tails: map[string]*tail{}, catchUps: map[string]*catchUps{},
+		backlog: cfg.Budget.Share(cfg.MaxBacklog), creates: make(chan struct{}, maxCreates)}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	url := cfg.URLs
 	opts := []nats.Option{
@@ -325,7 +320,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		nats.MaxReconnects(-1),
 		nats.ReconnectWait(100 * time.Millisecond),
 		nats.ReconnectJitter(50*time.Millisecond, 200*time.Millisecond),
-		nats.DisconnectErrHandler(func(*nats.Conn, error) { s.answering.Store(0) }),
+		nats.DisconnectErrHandler(func(*nats.Conn, error) { s.health.Failed() }),
 	}
 	if url == "" {
 		ns, err := startEmbedded(cfg)
@@ -381,21 +376,24 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return fail(err)
 	}
 	ljs, err := natsjs.New(s.lnc)
+	var live natsjs.KeyValue
 	if err == nil {
-		s.live, err = ljs.KeyValue(ctx, s.cfg.LeaseBucket)
+		live, err = ljs.KeyValue(ctx, s.cfg.LeaseBucket)
 	}
 	if err != nil {
 		return fail(fmt.Errorf("liveness connection: %w", err))
 	}
-	// The liveness key exists before any lease names it: a reaper takes a lease whose
-	// liveness key is missing for one whose store is gone.
-	if err := s.renewLive(ctx); err != nil {
+	s.leases = lease.New(lease.Config{
+		Bucket: s.leaseKV, LiveBucket: live, Owner: cfg.Owner, LiveKey: liveKey(cfg.Owner),
+		TTL: cfg.LeaseTTL, ReapInterval: cfg.ReapInterval, RequestTimeout: cfg.PublishTimeout,
+		Logger: s.log, Health: &s.health, Renewed: cfg.Metrics.LivenessRenewed,
+		Changed: s.leaseChanged, Claimed: s.reapRun, PassDone: s.closedQueued,
+	})
+	if err := s.leases.Renew(ctx); err != nil {
 		return fail(fmt.Errorf("liveness key: %w", err))
 	}
-	s.jsAnswered()
-	s.wg.Add(2)
-	go s.renewLoop()
-	go s.reapLoop()
+	s.health.Answered()
+	s.leases.Start(s.ctx)
 	return s, nil
 }
 
@@ -458,7 +456,7 @@ func (s *Store) ensure(ctx context.Context) error {
 		kv   *natsjs.KeyValue
 		name string
 		ttl  time.Duration
-	}{{&s.meta, s.cfg.MetaBucket, s.cfg.Retention}, {&s.leases, s.cfg.LeaseBucket, s.cfg.Retention}} {
+	}{{&s.meta, s.cfg.MetaBucket, s.cfg.Retention}, {&s.leaseKV, s.cfg.LeaseBucket, s.cfg.Retention}} {
 		*b.kv, err = s.js.CreateOrUpdateKeyValue(ctx, bucket.Config(b.name, b.ttl, s.cfg.Replicas))
 		if err != nil {
 			return fmt.Errorf("bucket %s: %w", b.name, err)
@@ -508,7 +506,7 @@ func (s *Store) Ready(ctx context.Context) error {
 			return fmt.Errorf("ready: stream: %w", err)
 		}
 	}
-	for _, kv := range []natsjs.KeyValue{s.meta, s.leases} {
+	for _, kv := range []natsjs.KeyValue{s.meta, s.leaseKV} {
 		if _, err := kv.Status(ctx); err != nil {
 			return fmt.Errorf("ready: bucket %s: %w", kv.Bucket(), err)
 		}
@@ -546,13 +544,14 @@ func (s *Store) Close() error {
 		}
 		s.mu.Unlock()
 		s.cancel()
+		s.leases.Wait()
 		s.wg.Wait()
 		for _, w := range writers {
 			w.abandon()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
-		if err := s.live.Delete(ctx, s.liveKey); err != nil {
+		if err := s.leases.DeleteLive(ctx); err != nil {
 			s.closeErr = fmt.Errorf("jetstream: delete the liveness key: %w", err)
 		}
 		s.lnc.Close()
@@ -588,17 +587,6 @@ func (s *Store) sleep(ctx context.Context, d time.Duration) error {
 // Backlog returns the bytes appended to this store's writers that are not stored yet.
 func (s *Store) Backlog() int64 { return s.backlog.Used() }
 
-// jsAnswered records that JetStream answered a request (a refusal is an answer too).
-func (s *Store) jsAnswered() {
-	s.answering.CompareAndSwap(0, time.Now().UnixMilli())
-}
-
-// jsFailed records that a JetStream request got no answer (a timeout, no responders, a
-// disconnection).
-func (s *Store) jsFailed() {
-	s.answering.Store(0)
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
@@ -612,14 +600,6 @@ func randomHex(n int) string {
 func isSubjectBusy(err error) bool {
 	var apiErr *natsjs.APIError
 	return errors.As(err, &apiErr) && apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant
-}
-
-// IsWrongLastSeq reports a refusal for a wrong expected last sequence (of a subject, or a
-// key's revision), the busy refusal of isSubjectBusy included: bucket callers read again.
-func IsWrongLastSeq(err error) bool {
-	var apiErr *natsjs.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequence ||
-		apiErr.ErrorCode == natsjs.JSErrCodeStreamWrongLastSequenceConstant)
 }
 
 // DeleteRun removes the principal's run's log and metadata, if the run is of threadID (a

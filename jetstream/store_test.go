@@ -13,7 +13,9 @@ import (
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wsgateway/wsgateway/internal/bucket"
 	"github.com/wsgateway/wsgateway/internal/testenv"
+	"github.com/wsgateway/wsgateway/jetstream/lease"
 )
 
 func TestAppendReadClose(t *testing.T) {
@@ -377,7 +379,7 @@ func TestRetentionAgesOut(t *testing.T) {
 // log and its offsets survive, an open tail resumes, and appends made meanwhile are stored.
 func TestPersistence(t *testing.T) {
 	dir := t.TempDir()
-	port := freePort(t)
+	port := testenv.FreePort(t)
 	ns := testenv.StartNATS(t, server.Options{Port: port, StoreDir: dir})
 	cfg := testConfig(t)
 	cfg.URLs = ns.ClientURL()
@@ -552,7 +554,7 @@ func TestAcks(t *testing.T) {
 	}
 	m := msg(subject)
 	m.Header.Set(natsjs.ExpectedLastSubjSeqHeader, "1")
-	if _, err := a.publish(ctx, m, 5*time.Second); !IsWrongLastSeq(err) {
+	if _, err := a.publish(ctx, m, 5*time.Second); !bucket.IsWrongLastSeq(err) {
 		t.Fatalf("publish expecting a wrong last sequence = %v, want JetStream's refusal", err)
 	}
 	cctx, cancel := context.WithCancel(ctx)
@@ -630,10 +632,10 @@ func TestCreateOverDeadCreate(t *testing.T) {
 	defer cancel()
 	// The dead store's liveness key, written last just before it died, and its lease on "r".
 	expires := time.Now().Add(cfg.LeaseTTL)
-	if _, err := s.live.Put(ctx, liveKey("dead"), mustJSON(lease{Owner: "dead", Expires: expires.UnixMilli()})); err != nil {
+	if _, err := s.leaseKV.Put(ctx, liveKey("dead"), lease.Value{Owner: "dead", Expires: expires.UnixMilli()}.Encode()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.leases.Create(ctx, runKey("r"), mustJSON(lease{Owner: "dead", Expires: math.MaxInt64, Gen: 1, Live: liveKey("dead")})); err != nil {
+	if _, err := s.leaseKV.Create(ctx, runKey("r"), lease.Value{Owner: "dead", Expires: math.MaxInt64, Gen: 1, Live: liveKey("dead")}.Encode()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.Run(ctx, "alice", "r"); !errors.Is(err, ErrUnknownRun) {
@@ -660,10 +662,10 @@ func TestCreateLeaseFirst(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	// Another store's create, between its lease and its metadata, alive for the whole test.
-	if _, err := s.live.Put(ctx, liveKey("other"), mustJSON(lease{Owner: "other", Expires: time.Now().Add(time.Hour).UnixMilli()})); err != nil {
+	if _, err := s.leaseKV.Put(ctx, liveKey("other"), lease.Value{Owner: "other", Expires: time.Now().Add(time.Hour).UnixMilli()}.Encode()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.leases.Create(ctx, runKey("r"), mustJSON(lease{Owner: "other", Expires: math.MaxInt64, Gen: 1, Live: liveKey("other")})); err != nil {
+	if _, err := s.leaseKV.Create(ctx, runKey("r"), lease.Value{Owner: "other", Expires: math.MaxInt64, Gen: 1, Live: liveKey("other")}.Encode()); err != nil {
 		t.Fatal(err)
 	}
 	watch, err := s.meta.Watch(ctx, runKey("r"), natsjs.UpdatesOnly())
@@ -707,7 +709,7 @@ func TestCreateFailedLeavesNoRun(t *testing.T) {
 	if _, err := s.JetStream().UpdateStream(ctx, sc); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.leases.Get(ctx, runKey("r1")); !errors.Is(err, natsjs.ErrKeyNotFound) {
+	if _, err := s.leaseKV.Get(ctx, runKey("r1")); !errors.Is(err, natsjs.ErrKeyNotFound) {
 		t.Errorf("lease after the failed Create: %v, want none", err)
 	}
 	if _, err := s.Run(ctx, "p1", "r1"); !errors.Is(err, ErrUnknownRun) {

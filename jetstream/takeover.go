@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
+
+	"github.com/wsgateway/wsgateway/internal/bucket"
 )
 
 // ctlTakeover is the control record a takeover writes first: it fences out the dead (or
@@ -81,15 +83,15 @@ func (s *Store) takeOver(ctx context.Context, key string, e natsjs.KeyValueEntry
 	// The lease passes from the reaper's claim to this store's liveness, then the metadata
 	// names the new producer; the control record after last fences the old one out. A step
 	// that fails gives the lease back expired, for the next pass.
-	leaseRev, err = s.leases.Update(ctx, key, s.runLease(info.Generation), leaseRev)
+	leaseRev, err = s.leases.Move(ctx, key, info.Generation, leaseRev)
 	if err != nil {
-		if IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound) {
+		if bucket.IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyNotFound) {
 			return true, nil // claimed meanwhile
 		}
 		return true, fmt.Errorf("takeover: lease: %w", err)
 	}
 	giveBack := func(err error) (bool, error) {
-		s.leases.Update(ctx, key, mustJSON(lease{Owner: s.cfg.Owner}), leaseRev)
+		s.leases.GiveBack(ctx, key, leaseRev)
 		return true, err
 	}
 	info.Owner = s.cfg.Owner

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/wsgateway/wsgateway/jetstream/lease"
 )
 
 // TestTakeoverFencesTheOldProducer: a run kept with its input whose lease expired is handed
@@ -37,7 +39,7 @@ func TestTakeoverFencesTheOldProducer(t *testing.T) {
 		t.Fatalf("a run created WithInput: metadata %+v, want Replay", info)
 	}
 	// The producer's lease expires while it lives (its liveness no longer counts).
-	if _, err := a.leases.Put(ctx, w.key, mustJSON(lease{Owner: "partitioned", Expires: 1})); err != nil {
+	if _, err := a.leaseKV.Put(ctx, w.key, lease.Value{Owner: "partitioned", Expires: 1}.Encode()); err != nil {
 		t.Fatal(err)
 	}
 	var tk Takeover

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"strconv"
 	"sync"
 	"time"
@@ -15,6 +14,7 @@ import (
 	natsjs "github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/wsgateway/wsgateway/internal/bucket"
 	"github.com/wsgateway/wsgateway/internal/tracing"
 )
 
@@ -50,29 +50,6 @@ type RunInfo struct {
 	// the turn's trace.
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
-}
-
-// lease is the value of a run's key in the lease bucket while its log is open, and of a
-// store's liveness key.
-//
-// A producer's run lease is not renewed: it names the producer's liveness key (Live), which
-// its store renews once per period for all its runs, so renewal traffic grows with the
-// number of stores, not of runs. The run lease expires when that key does (or is gone).
-// A lease without Live (a reaper's claim, a released lease) expires at Expires.
-type lease struct {
-	Owner   string `json:"owner"`
-	Expires int64  `json:"expires"` // Unix milliseconds
-	// Gen is the generation of the run the owner writes (0 in a reaper's claim).
-	Gen uint64 `json:"gen,omitempty"`
-	// Live is the liveness key whose expiry is this lease's.
-	Live string `json:"live,omitempty"`
-}
-
-// runLease returns the value of a run lease this store's writer of generation gen holds.
-// Its Expires is never reached: a store that does not know Live keys (an older version
-// during a rolling upgrade) must not reap the run.
-func (s *Store) runLease(gen uint64) []byte {
-	return mustJSON(lease{Owner: s.cfg.Owner, Expires: math.MaxInt64, Gen: gen, Live: s.liveKey})
 }
 
 // Writer appends to one run's log. Append and Lost are safe for concurrent use; Close is
@@ -204,7 +181,6 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 	w = s.newWriter(key, info, sh, claim{})
 	w.input = input
 	w.acks = a
-	val := s.runLease(info.Generation)
 	var leaseErr, metaErr, openErr error
 	// The open record's publish retries through an outage; a failed lease or metadata write
 	// ends it at once, since the run cannot start without them.
@@ -214,7 +190,7 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		if w.leaseRev, leaseErr = s.leases.Create(ctx, key, val); leaseErr != nil {
+		if w.leaseRev, leaseErr = s.leases.Create(ctx, key, info.Generation); leaseErr != nil {
 			cancel()
 			return
 		}
@@ -239,12 +215,12 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 	// or the open record failed (a lease and open metadata without it would be a run that
 	// readers tail for ever and nothing closes). An open record stored all the same is a stray.
 	if leaseErr == nil {
-		s.leases.Delete(ctx, key, natsjs.LastRevision(w.leaseRev))
+		s.leases.Drop(ctx, key, w.leaseRev)
 	}
 	if w.metaRev != 0 {
 		s.meta.Delete(ctx, key, natsjs.LastRevision(w.metaRev))
 	}
-	if errors.Is(leaseErr, natsjs.ErrKeyExists) || IsWrongLastSeq(leaseErr) || errors.Is(metaErr, natsjs.ErrKeyExists) || IsWrongLastSeq(metaErr) {
+	if errors.Is(leaseErr, natsjs.ErrKeyExists) || bucket.IsWrongLastSeq(leaseErr) || errors.Is(metaErr, natsjs.ErrKeyExists) || bucket.IsWrongLastSeq(metaErr) {
 		return nil, false, false, errRunExists
 	}
 	err = errors.Join(leaseErr, metaErr)
@@ -303,11 +279,11 @@ func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo, first i
 		} else {
 			metaRev, err = s.meta.Update(ctx, key, mustJSON(*info), e.Revision())
 		}
-		if IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
+		if bucket.IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
 			if e == nil {
 				// The lease was created over a run whose metadata exists (a closed run,
 				// whose lease is gone): give it back before reading whose run it is.
-				s.leases.Delete(ctx, key, natsjs.LastRevision(leaseRev))
+				s.leases.Drop(ctx, key, leaseRev)
 			}
 			continue
 		}
@@ -346,16 +322,15 @@ func (s *Store) readRun(ctx context.Context, key, principal string) (natsjs.KeyV
 // held is a live run, maybe another principal's, and is never overwritten. retry asks for
 // another attempt, which reads the metadata.
 func (s *Store) takeLease(ctx context.Context, key string, e natsjs.KeyValueEntry, gen uint64, attempt int) (rev uint64, retry bool, err error) {
-	val := s.runLease(gen)
 	if e != nil {
-		rev, err = s.leases.Put(ctx, key, val)
-	} else if rev, err = s.leases.Create(ctx, key, val); errors.Is(err, natsjs.ErrKeyExists) {
+		rev, err = s.leases.Put(ctx, key, gen)
+	} else if rev, err = s.leases.Create(ctx, key, gen); errors.Is(err, natsjs.ErrKeyExists) {
 		if attempt == 0 {
 			return 0, true, nil // the run exists: the next attempt reads whose it is
 		}
 		// No metadata, yet a lease: a concurrent Create between its lease and its metadata,
 		// or an expired lease whose run is gone.
-		if rev, err = s.takeStrayLease(ctx, key, val); err == nil && rev == 0 {
+		if rev, err = s.leases.TakeExpired(ctx, key, gen); err == nil && rev == 0 {
 			if err := s.sleep(ctx, min(25*time.Millisecond<<min(attempt, 6), time.Second)); err != nil {
 				return 0, false, fmt.Errorf("create: %w", err)
 			}
@@ -409,29 +384,6 @@ func (w *Writer) openLog(ctx context.Context, existed bool) error {
 			return fmt.Errorf("create: %w", err)
 		}
 	}
-}
-
-// takeStrayLease takes the run's lease when it expired (its run has no metadata) and returns
-// its new revision, or 0 when the lease is live or changed meanwhile.
-func (s *Store) takeStrayLease(ctx context.Context, key string, val []byte) (uint64, error) {
-	e, err := s.leases.Get(ctx, key)
-	if errors.Is(err, natsjs.ErrKeyNotFound) {
-		return 0, nil
-	}
-	if err != nil {
-		return 0, err
-	}
-	var l lease
-	if json.Unmarshal(e.Value(), &l) == nil {
-		if live, err := s.leaseLive(ctx, l); err != nil || live {
-			return 0, err
-		}
-	}
-	rev, err := s.leases.Update(ctx, key, val, e.Revision())
-	if IsWrongLastSeq(err) {
-		return 0, nil
-	}
-	return rev, err
 }
 
 // Info returns the run's metadata as of Create.
@@ -635,7 +587,7 @@ func (s *Store) publishAfter(ctx context.Context, a *acks, st natsjs.Stream, sub
 			busy++
 			continue
 		}
-		if IsWrongLastSeq(err) {
+		if bucket.IsWrongLastSeq(err) {
 			if attempt == 0 {
 				return 0, ErrFenced
 			}
@@ -773,7 +725,7 @@ func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev,
 	if metaRev != 0 {
 		_, err = s.meta.Update(ctx, key, mustJSON(info), metaRev)
 	}
-	if metaRev == 0 || IsWrongLastSeq(err) {
+	if metaRev == 0 || bucket.IsWrongLastSeq(err) {
 		var e natsjs.KeyValueEntry
 		e, err = s.meta.Get(ctx, key)
 		if err == nil {
@@ -783,11 +735,10 @@ func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev,
 			}
 		}
 	}
-	if err != nil && !IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
+	if err != nil && !bucket.IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyNotFound) {
 		return fmt.Errorf("metadata: %w", err)
 	}
-	if err := s.leases.Delete(ctx, key, natsjs.LastRevision(leaseRev)); err != nil && !IsWrongLastSeq(err) &&
-		!errors.Is(err, natsjs.ErrKeyNotFound) {
+	if err := s.leases.Drop(ctx, key, leaseRev); err != nil {
 		return fmt.Errorf("lease: %w", err)
 	}
 	return nil
@@ -822,15 +773,9 @@ func (s *Store) forget(w *Writer) {
 	if s.byKey[w.key] == w {
 		delete(s.byKey, w.key)
 	}
-	if !released {
-		s.releases[w.key] = w.leaseRev
-	}
 	s.mu.Unlock()
 	if !released {
-		select {
-		case s.kick <- struct{}{}:
-		default:
-		}
+		s.leases.Release(w.key, w.leaseRev)
 	}
 }
 

@@ -13,7 +13,7 @@ import (
 	nats "github.com/nats-io/nats.go"
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
-	"github.com/wsgateway/wsgateway/jetstream"
+	"github.com/wsgateway/wsgateway/internal/bucket"
 )
 
 // A thread's value carries what a list of threads shows of it in a header (hdrThreadHead):
@@ -59,7 +59,7 @@ func (s *Store) putHead(ctx context.Context, key string, value []byte, t *Thread
 	}
 	return s.threads.Retry(ctx, func(ctx context.Context) (uint64, error) {
 		seq, err := publish(ctx, rev)
-		if err == nil || rev != 0 || !jetstream.IsWrongLastSeq(err) {
+		if err == nil || rev != 0 || !bucket.IsWrongLastSeq(err) {
 			return seq, err
 		}
 		// Created over a delete or purge marker: write after the marker.

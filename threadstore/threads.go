@@ -17,6 +17,7 @@ import (
 
 	natsjs "github.com/nats-io/nats.go/jetstream"
 
+	"github.com/wsgateway/wsgateway/internal/bucket"
 	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/thread"
@@ -306,7 +307,7 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 			h.val = w
 			return nil
 		}
-		if !jetstream.IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
+		if !bucket.IsWrongLastSeq(err) && !errors.Is(err, natsjs.ErrKeyExists) {
 			return fmt.Errorf("thread: %w", err)
 		}
 		// Another gateway wrote the thread meanwhile: read it again, at once the first time
