@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/turn"
 )
@@ -67,7 +66,7 @@ func (s *Server) answerAbort(w http.ResponseWriter, r *http.Request, principal, 
 	defer cancel()
 	outcome, err := s.abortRun(ctx, principal, runID)
 	switch {
-	case errors.Is(err, jetstream.ErrUnknownRun), errors.Is(err, jetstream.ErrForbidden):
+	case errors.Is(err, ErrUnknownRun), errors.Is(err, ErrForbidden):
 		writeJSONError(w, http.StatusNotFound, "unknown or expired run")
 	case errors.Is(err, context.DeadlineExceeded):
 		writeJSONError(w, http.StatusGatewayTimeout, "the run did not end in time")

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/jetstream"
 )
 
 // The AGUI framing: server-sent events as on /api/chat, without the run.accepted marker.
@@ -191,10 +190,10 @@ type heldCreates struct {
 	release chan struct{}
 }
 
-func (h *heldCreates) Create(ctx context.Context, principal, runID, threadID string, opts ...jetstream.CreateOption) (conversation.RunLog, error) {
+func (h *heldCreates) Create(ctx context.Context, principal, runID, threadID string, input []byte) (conversation.RunLog, error) {
 	h.started <- struct{}{}
 	<-h.release
-	return h.Store.Create(ctx, principal, runID, threadID, opts...)
+	return h.Store.Create(ctx, principal, runID, threadID, input)
 }
 
 // TestHTTPAbortWhileStarting: a DELETE that arrives while the turn's log is being created

@@ -73,10 +73,10 @@ func (srv *Server) serveBranch(w http.ResponseWriter, r *http.Request) {
 func (srv *Server) finishEnded(ctx context.Context, principal, threadID, runID string) bool {
 	entries, closed, err := srv.cfg.Store.Snapshot(ctx, principal, runID)
 	defer srv.charge(entries)()
-	if err != nil || !threadstore.LogEnded(entries, closed) {
+	if err != nil || !logEnded(entries, closed) {
 		return false
 	}
-	if err := srv.cfg.Threads.FinishRun(ctx, principal, threadID, runID, threadstore.Events(entries)); err != nil {
+	if err := srv.cfg.Threads.FinishRun(ctx, principal, threadID, runID, eventsOf(entries)); err != nil {
 		srv.log.Warn("finishing an ended run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 		return false
 	}

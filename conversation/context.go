@@ -9,7 +9,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsgateway/wsgateway/internal/tracing"
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
@@ -96,14 +95,14 @@ func (srv *Server) earlierRuns(ctx context.Context, t *threadstore.Thread, runID
 		entries, _, err := srv.cfg.Store.Snapshot(rctx, t.Principal, id)
 		cancel()
 		if err != nil {
-			if !errors.Is(err, jetstream.ErrUnknownRun) {
+			if !errors.Is(err, ErrUnknownRun) {
 				log.WarnContext(ctx, "agent history: reading an earlier run of the thread", slog.String("earlierRunId", id), slog.String(keyErr, err.Error()))
 			}
 			continue
 		}
 		if n := len(entries); n > 0 && terminal(entries[n-1].Event) {
 			releases = append(releases, srv.charge(entries))
-			earlier = append(earlier, threadstore.RunEvents{RunID: id, Events: threadstore.Events(entries)})
+			earlier = append(earlier, threadstore.RunEvents{RunID: id, Events: eventsOf(entries)})
 		}
 	}
 	return earlier, release

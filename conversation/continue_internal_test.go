@@ -4,8 +4,6 @@ import (
 	"errors"
 	"strings"
 	"testing"
-
-	"github.com/wsgateway/wsgateway/jetstream"
 )
 
 // TestNewContinueLog: what a takeover that continues a reply (Config.Continue) makes of the
@@ -13,10 +11,10 @@ import (
 // own start of the run and of that message are answered with, and a refusal of anything but
 // one text reply.
 func TestNewContinueLog(t *testing.T) {
-	entries := func(events ...string) []jetstream.Entry {
-		out := make([]jetstream.Entry, len(events))
+	entries := func(events ...string) []Entry {
+		out := make([]Entry, len(events))
 		for i, e := range events {
-			out[i] = jetstream.Entry{Offset: string(rune('a' + i)), Event: []byte(e)}
+			out[i] = Entry{Offset: string(rune('a' + i)), Event: []byte(e)}
 		}
 		return out
 	}
@@ -31,7 +29,7 @@ func TestNewContinueLog(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name    string
-		stored  []jetstream.Entry
+		stored  []Entry
 		reply   string // the assistant message's JSON ("" for none)
 		ended   bool
 		refused bool

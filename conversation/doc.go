@@ -9,9 +9,11 @@
 // request.
 //
 // The Server reaches storage through the interfaces it declares: Store (the run logs:
-// RunStore of a *jetstream.Store; RunLog, LogReader) and Threads (a *threadstore.Store). Its
-// tests run on NATS where the logs are the point, and on an in-memory Store where they are
-// not (frames, heartbeats, per-socket limits).
+// RunStore adapts a *jetstream.Store; RunLog, LogReader), in value types and errors of its
+// own (Entry, RunInfo, Takeover, Announcement; ErrForbidden, ErrUnknownRun, ErrInvalidOffset),
+// and Threads (a *threadstore.Store, in threadstore's types). Its tests run on NATS where the
+// logs are the point, and on an in-memory Store where they are not (frames, heartbeats,
+// per-socket limits).
 //
 // # Turns and replays
 //

@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -47,7 +46,7 @@ func (s *Server) join(f *follow) error {
 	}
 	ts := &threadSub{followers: map[*follow]struct{}{f: {}}}
 	key := f.key
-	unsubscribe, err := s.cfg.Store.SubscribeThread(key, func(run jetstream.Announcement) {
+	unsubscribe, err := s.cfg.Store.SubscribeThread(key, func(run Announcement) {
 		h.mu.Lock()
 		defer h.mu.Unlock()
 		if h.subs[key] != ts {
@@ -115,7 +114,7 @@ func (c *conn) tasksOf() *follows {
 // (after, "" for none) is read and sent as envelopes naming the run, to its close.
 func (c *conn) catchUp(runID, after string) {
 	if after == "" {
-		after = jetstream.FromStart
+		after = FromStart
 	}
 	fs := c.tasksOf()
 	if fs == nil {
@@ -243,7 +242,7 @@ func (c *conn) follow(threadID string) {
 		c.Deliver("", protocol.AppendRunError(nil, "the thread cannot be followed now", CodeLogUnavailable), time.Time{})
 		return
 	}
-	stop, err := c.srv.cfg.Store.QueryThread(key, threadQueryWait, func(runs []jetstream.Announcement) {
+	stop, err := c.srv.cfg.Store.QueryThread(key, threadQueryWait, func(runs []Announcement) {
 		for _, run := range runs {
 			f.offer(run)
 		}
@@ -313,7 +312,7 @@ func (c *conn) unfollowAll() {
 // offer delivers run unless the socket started it, or delivers or delivered it already
 // (an announcement and a query's answers may all name it). A switch of the thread's active
 // branch is sent as a thread.branch frame.
-func (f *follow) offer(run jetstream.Announcement) {
+func (f *follow) offer(run Announcement) {
 	c := f.c
 	if run.Branch != "" {
 		if f.ctx.Err() == nil {
@@ -357,7 +356,7 @@ func (f *follow) deliver(runID string) {
 	c := f.c
 	fs := c.follows
 	defer fs.wg.Done()
-	c.srv.replay(f.ctx, c.principal, runID, jetstream.FromStart, c.logger(), nil, c.runSender(runID))
+	c.srv.replay(f.ctx, c.principal, runID, FromStart, c.logger(), nil, c.runSender(runID))
 	fs.mu.Lock()
 	delete(f.active, runID)
 	if f.querying {
@@ -371,14 +370,14 @@ func (f *follow) deliver(runID string) {
 
 // runningRuns answers a thread query: the runs of the thread key that this gateway runs,
 // once announced.
-func (s *Server) runningRuns(key string) []jetstream.Announcement {
+func (s *Server) runningRuns(key string) []Announcement {
 	r := &s.turns
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	var runs []jetstream.Announcement
+	var runs []Announcement
 	for _, sl := range r.slots {
 		if sl.thread == key && sl.announced {
-			runs = append(runs, jetstream.Announcement{RunID: sl.key.runID, Origin: originOf(sl.owner)})
+			runs = append(runs, Announcement{RunID: sl.key.runID, Origin: originOf(sl.owner)})
 		}
 	}
 	return runs

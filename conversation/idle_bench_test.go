@@ -2,6 +2,7 @@ package conversation_test
 
 import (
 	"context"
+
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/trace"
 

@@ -2,9 +2,11 @@ package conversation_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -27,28 +28,34 @@ type memStore struct {
 	mu       sync.Mutex
 	runs     map[string]*memRun // by runID
 	aborts   []func(principal, runID, origin string, interrupt bool)
-	subs     map[string]map[int]func(jetstream.Announcement)
+	subs     map[string]map[int]func(conversation.Announcement)
 	nextSub  int
-	queriers []func(key string) []jetstream.Announcement
+	queriers []func(key string) []conversation.Announcement
 }
 
 // memRun is one run's log: its current generation's events.
 type memRun struct {
 	principal, threadID string
 	gen                 uint64
-	events              []jetstream.Entry
+	events              []conversation.Entry
 	closed              bool
 	changed             chan struct{} // closed and replaced at every append and at the close
 	writer              *memLog
 }
 
+// Errors of a memLog: appended after its close, and fenced out by a resubmit.
+var (
+	errMemClosed = errors.New("memstore: the log is closed")
+	errMemFenced = errors.New("memstore: a resubmit took the run")
+)
+
 func newMemStore() *memStore {
-	return &memStore{runs: map[string]*memRun{}, subs: map[string]map[int]func(jetstream.Announcement){}}
+	return &memStore{runs: map[string]*memRun{}, subs: map[string]map[int]func(conversation.Announcement){}}
 }
 
 var _ conversation.Store = (*memStore)(nil)
 
-func (s *memStore) Create(_ context.Context, principal, runID, threadID string, _ ...jetstream.CreateOption) (conversation.RunLog, error) {
+func (s *memStore) Create(_ context.Context, principal, runID, threadID string, _ []byte) (conversation.RunLog, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.runs[runID]
@@ -57,7 +64,7 @@ func (s *memStore) Create(_ context.Context, principal, runID, threadID string, 
 		r = &memRun{principal: principal, threadID: threadID, changed: make(chan struct{})}
 		s.runs[runID] = r
 	case r.principal != principal:
-		return nil, jetstream.ErrForbidden
+		return nil, conversation.ErrForbidden
 	default: // a resubmit: a new generation, the old writer fenced out
 		r.writer.fence()
 		r.events, r.closed = nil, false
@@ -65,7 +72,7 @@ func (s *memStore) Create(_ context.Context, principal, runID, threadID string, 
 	}
 	r.gen++
 	w := &memLog{s: s, run: r, gen: r.gen, queue: make(chan memAppend, 1<<12), done: make(chan struct{}), lost: make(chan struct{}),
-		info: jetstream.RunInfo{Principal: principal, RunID: runID, ThreadID: threadID, Generation: r.gen, Created: time.Now()}}
+		info: conversation.RunInfo{Principal: principal, RunID: runID, Generation: r.gen}}
 	r.writer = w
 	go w.loop()
 	return w, nil
@@ -83,15 +90,15 @@ func offset(gen uint64, i int) string { return fmt.Sprintf("g%d.%010d", gen, i) 
 // position returns the index after which a read of r from after starts.
 func (r *memRun) position(after string) (int, error) {
 	switch after {
-	case jetstream.FromStart:
+	case conversation.FromStart:
 		return 0, nil
-	case jetstream.FromNow:
+	case conversation.FromNow:
 		return len(r.events), nil
 	}
 	var gen uint64
 	var i int
 	if _, err := fmt.Sscanf(after, "g%d.%d", &gen, &i); err != nil || gen != r.gen || i < 0 || i >= len(r.events) || offset(gen, i) != after {
-		return 0, jetstream.ErrInvalidOffset
+		return 0, conversation.ErrInvalidOffset
 	}
 	return i + 1, nil
 }
@@ -99,7 +106,7 @@ func (r *memRun) position(after string) (int, error) {
 func (s *memStore) run(principal, runID string) (*memRun, error) {
 	r := s.runs[runID]
 	if r == nil || r.principal != principal {
-		return nil, jetstream.ErrUnknownRun
+		return nil, conversation.ErrUnknownRun
 	}
 	return r, nil
 }
@@ -115,8 +122,8 @@ func (s *memStore) Read(_ context.Context, principal, runID, after string) (conv
 	if err != nil {
 		return nil, err
 	}
-	if after == jetstream.FromNow {
-		after = jetstream.FromStart
+	if after == conversation.FromNow {
+		after = conversation.FromStart
 		if next > 0 {
 			after = r.events[next-1].Offset
 		}
@@ -149,14 +156,14 @@ func (s *memStore) LastEvent(ctx context.Context, principal, runID string) ([]by
 	}
 }
 
-func (s *memStore) Snapshot(_ context.Context, principal, runID string) ([]jetstream.Entry, bool, error) {
+func (s *memStore) Snapshot(_ context.Context, principal, runID string) ([]conversation.Entry, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.run(principal, runID)
 	if err != nil {
 		return nil, false, err
 	}
-	return append([]jetstream.Entry(nil), r.events...), r.closed, nil
+	return append([]conversation.Entry(nil), r.events...), r.closed, nil
 }
 
 func (s *memStore) Ended(_ context.Context, principal, runID string) (bool, error) {
@@ -198,15 +205,15 @@ func (s *memStore) OnAbort(f func(principal, runID, origin string, interrupt boo
 }
 
 // OnTakeover keeps nothing: a memStore's process never dies under its runs.
-func (s *memStore) OnTakeover(func(jetstream.Takeover) bool) {}
+func (s *memStore) OnTakeover(func(conversation.Takeover) bool) {}
 
 func (s *memStore) ThreadKey(principal, threadID string) string {
-	return jetstream.PairKey("thread", principal, threadID)
+	return strconv.Quote(principal) + "/" + strconv.Quote(threadID)
 }
 
-func (s *memStore) Announce(key string, run jetstream.Announcement) error {
+func (s *memStore) Announce(key string, run conversation.Announcement) error {
 	s.mu.Lock()
-	var fs []func(jetstream.Announcement)
+	var fs []func(conversation.Announcement)
 	for _, f := range s.subs[key] {
 		fs = append(fs, f)
 	}
@@ -219,11 +226,11 @@ func (s *memStore) Announce(key string, run jetstream.Announcement) error {
 	return nil
 }
 
-func (s *memStore) SubscribeThread(key string, f func(jetstream.Announcement)) (func(), error) {
+func (s *memStore) SubscribeThread(key string, f func(conversation.Announcement)) (func(), error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.subs[key] == nil {
-		s.subs[key] = map[int]func(jetstream.Announcement){}
+		s.subs[key] = map[int]func(conversation.Announcement){}
 	}
 	id := s.nextSub
 	s.nextSub++
@@ -235,7 +242,7 @@ func (s *memStore) SubscribeThread(key string, f func(jetstream.Announcement)) (
 	}, nil
 }
 
-func (s *memStore) QueryThread(key string, _ time.Duration, f func([]jetstream.Announcement)) (func(), error) {
+func (s *memStore) QueryThread(key string, _ time.Duration, f func([]conversation.Announcement)) (func(), error) {
 	s.mu.Lock()
 	qs := slices.Clone(s.queriers)
 	s.mu.Unlock()
@@ -249,7 +256,7 @@ func (s *memStore) QueryThread(key string, _ time.Duration, f func([]jetstream.A
 	return func() {}, nil
 }
 
-func (s *memStore) OnThreadQuery(running func(key string) []jetstream.Announcement) error {
+func (s *memStore) OnThreadQuery(running func(key string) []conversation.Announcement) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.queriers = append(s.queriers, running)
@@ -261,7 +268,7 @@ type memLog struct {
 	s     *memStore
 	run   *memRun
 	gen   uint64
-	info  jetstream.RunInfo
+	info  conversation.RunInfo
 	queue chan memAppend
 	done  chan struct{} // closed when loop has returned
 	lost  chan struct{}
@@ -297,7 +304,7 @@ func (w *memLog) loop() {
 		var off string
 		if err == nil {
 			off = offset(w.gen, len(w.run.events))
-			w.run.events = append(w.run.events, jetstream.Entry{Offset: off, Event: append([]byte(nil), a.event...)})
+			w.run.events = append(w.run.events, conversation.Entry{Offset: off, Event: append([]byte(nil), a.event...)})
 			w.run.notifyLocked()
 		}
 		w.s.mu.Unlock()
@@ -309,7 +316,7 @@ func (w *memLog) Append(event []byte, stored func(string, error)) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.closing {
-		stored("", jetstream.ErrClosed)
+		stored("", errMemClosed)
 		return
 	}
 	w.queue <- memAppend{event: event, stored: stored}
@@ -326,12 +333,12 @@ func (w *memLog) Err() error {
 	return nil
 }
 
-func (w *memLog) Info() jetstream.RunInfo { return w.info }
+func (w *memLog) Info() conversation.RunInfo { return w.info }
 
 // fence fails the writer: a resubmit took its run.
 func (w *memLog) fence() {
 	w.fail.Do(func() {
-		err := jetstream.ErrFenced
+		err := errMemFenced
 		w.err.Store(&err)
 		close(w.lost)
 	})
@@ -341,7 +348,7 @@ func (w *memLog) Close(ctx context.Context) error {
 	w.mu.Lock()
 	if w.closing {
 		w.mu.Unlock()
-		return jetstream.ErrClosed
+		return errMemClosed
 	}
 	w.closing = true
 	flushed := make(chan struct{})
@@ -366,13 +373,13 @@ type memReader struct {
 	once   sync.Once
 }
 
-func (r *memReader) Next(ctx context.Context) (jetstream.Entry, error) {
+func (r *memReader) Next(ctx context.Context) (conversation.Entry, error) {
 	for {
 		r.s.mu.Lock()
 		switch {
 		case r.run.gen != r.gen:
 			r.s.mu.Unlock()
-			return jetstream.Entry{}, jetstream.ErrInvalidOffset
+			return conversation.Entry{}, conversation.ErrInvalidOffset
 		case r.next < len(r.run.events):
 			e := r.run.events[r.next]
 			r.next++
@@ -380,16 +387,16 @@ func (r *memReader) Next(ctx context.Context) (jetstream.Entry, error) {
 			return e, nil
 		case r.run.closed:
 			r.s.mu.Unlock()
-			return jetstream.Entry{}, io.EOF
+			return conversation.Entry{}, io.EOF
 		}
 		changed := r.run.changed
 		r.s.mu.Unlock()
 		select {
 		case <-changed:
 		case <-r.closed:
-			return jetstream.Entry{}, jetstream.ErrClosed
+			return conversation.Entry{}, errMemClosed
 		case <-ctx.Done():
-			return jetstream.Entry{}, ctx.Err()
+			return conversation.Entry{}, ctx.Err()
 		}
 	}
 }

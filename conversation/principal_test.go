@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/threadstore"
 )
 
@@ -242,7 +241,7 @@ type countedStore struct {
 	reads *atomic.Int32
 }
 
-func (c countedStore) Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error) {
+func (c countedStore) Snapshot(ctx context.Context, principal, runID string) ([]conversation.Entry, bool, error) {
 	c.reads.Add(1)
 	return c.Store.Snapshot(ctx, principal, runID)
 }

@@ -10,7 +10,6 @@ import (
 
 	"github.com/wsgateway/wsgateway/budget"
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/jetstream"
 )
 
 // readBackStore counts the logs read back whole at once (Snapshot); each read takes a
@@ -23,7 +22,7 @@ type readBackStore struct {
 	reads         int
 }
 
-func (r *readBackStore) Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error) {
+func (r *readBackStore) Snapshot(ctx context.Context, principal, runID string) ([]conversation.Entry, bool, error) {
 	r.mu.Lock()
 	r.reading++
 	r.most = max(r.most, r.reading)

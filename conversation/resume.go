@@ -9,7 +9,6 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -178,9 +177,9 @@ func (srv *Server) replay(ctx context.Context, principal, runID, offset string, 
 		r, err = srv.cfg.Store.Read(ctx, principal, runID, after)
 		switch {
 		case err == nil:
-		case errors.Is(err, jetstream.ErrInvalidOffset):
+		case errors.Is(err, ErrInvalidOffset):
 			return metrics.ResumeBadRequest
-		case errors.Is(err, jetstream.ErrUnknownRun):
+		case errors.Is(err, ErrUnknownRun):
 			return metrics.ResumeUnknownRun
 		case ctx.Err() != nil:
 			return metrics.ResumeInterrupted

@@ -21,94 +21,11 @@ import (
 	"github.com/wsgateway/wsgateway/heartbeat"
 	"github.com/wsgateway/wsgateway/internal/quota"
 	"github.com/wsgateway/wsgateway/internal/tracing"
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/turn"
 	"github.com/wsgateway/wsgateway/usage"
 )
-
-// Store is the run log store, as sockets and HTTP streams use it: RunStore of a
-// *jetstream.Store, or a test's own. Its errors are jetstream's (ErrForbidden, ErrUnknownRun,
-// ErrInvalidOffset, matched with errors.Is).
-type Store interface {
-	// Create starts (or, for the same principal, restarts) the log of runID.
-	Create(ctx context.Context, principal, runID, threadID string, opts ...jetstream.CreateOption) (RunLog, error)
-	// Read opens runID's log strictly after the offset after (a minted offset, "-1" or
-	// "now").
-	Read(ctx context.Context, principal, runID, after string) (LogReader, error)
-	// LastEvent waits until runID's log is closed and returns its last event (nil: none),
-	// reading what is stored from now on and one batch, not the whole log.
-	LastEvent(ctx context.Context, principal, runID string) ([]byte, error)
-	// Snapshot returns what runID's log holds now, and whether it is closed.
-	Snapshot(ctx context.Context, principal, runID string) ([]jetstream.Entry, bool, error)
-	// Ended reports whether runID's log holds its terminal (or is closed), without waiting.
-	Ended(ctx context.Context, principal, runID string) (bool, error)
-	// RequestAbort asks every gateway sharing the store to abort the principal's run;
-	// OnAbort delivers those requests (this gateway's own too) for the Server's lifetime.
-	RequestAbort(principal, runID, origin string) error
-	OnAbort(f func(principal, runID, origin string, interrupt bool)) error
-	// RequestInterrupt asks the same of a run that a newer run of its thread interrupts
-	// (multitaskStrategy interrupt): it ends RUN_ERROR code interrupted.
-	RequestInterrupt(principal, runID string) error
-	// OnTakeover hands this gateway the runs kept with their input (jetstream.WithInput)
-	// whose producer died (Config.Replay).
-	OnTakeover(f func(jetstream.Takeover) bool)
-	// ThreadKey names a principal's thread on the wire. Announce tells every gateway that a
-	// run of a thread was accepted, SubscribeThread receives those announcements, and
-	// QueryThread asks every gateway which runs of a thread run now, which OnThreadQuery
-	// answers (the Server's registry).
-	ThreadKey(principal, threadID string) string
-	Announce(key string, run jetstream.Announcement) error
-	SubscribeThread(key string, f func(jetstream.Announcement)) (unsubscribe func(), err error)
-	QueryThread(key string, wait time.Duration, f func([]jetstream.Announcement)) (stop func(), err error)
-	OnThreadQuery(running func(key string) []jetstream.Announcement) error
-}
-
-// RunLog is a run's log as its turn writes it: *jetstream.Writer.
-type RunLog interface {
-	turn.Log
-	// WaitRoom waits until the log's backlog has room for one more event.
-	WaitRoom(ctx context.Context) error
-	// Err returns why the log failed (its lease lost, fenced, closed), nil while it works.
-	Err() error
-	// Info returns the run as the log's creation recorded it.
-	Info() jetstream.RunInfo
-}
-
-// LogReader reads a run's log in order: *jetstream.Reader.
-type LogReader interface {
-	// Next returns the next stored entry, blocking while the log is open and idle; io.EOF
-	// once the log is closed and read to its end.
-	Next(ctx context.Context) (jetstream.Entry, error)
-	// After returns the offset the reader reads strictly after.
-	After() string
-	// TraceContext returns the span context of the run's turn (invalid: not traced).
-	TraceContext() trace.SpanContext
-	Close() error
-}
-
-// RunStore returns s as a Store.
-func RunStore(s *jetstream.Store) Store { return runStore{s} }
-
-// runStore is a *jetstream.Store as a Store: its logs as RunLog and LogReader.
-type runStore struct{ *jetstream.Store }
-
-func (s runStore) Create(ctx context.Context, principal, runID, threadID string, opts ...jetstream.CreateOption) (RunLog, error) {
-	w, err := s.Store.Create(ctx, principal, runID, threadID, opts...)
-	if err != nil {
-		return nil, err
-	}
-	return w, nil
-}
-
-func (s runStore) Read(ctx context.Context, principal, runID, after string) (LogReader, error) {
-	r, err := s.Store.Read(ctx, principal, runID, after)
-	if err != nil {
-		return nil, err
-	}
-	return r, nil
-}
 
 // ErrConfig reports an invalid Config.
 var ErrConfig = errors.New("conversation: invalid config")

@@ -17,7 +17,6 @@ import (
 
 	"github.com/wsgateway/wsgateway/agent"
 	"github.com/wsgateway/wsgateway/internal/tracing"
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/threadstore"
@@ -38,13 +37,13 @@ const takeoverReadTimeout = 10 * time.Second
 var errDiverged = errors.New("conversation: the replay disagrees with the run's log")
 
 // takeOver runs again, on this gateway, the turn of a run whose producer died
-// (jetstream.Store.OnTakeover; Config.Replay): the agent is given the run's stored input;
+// (Store.OnTakeover; Config.Replay): the agent is given the run's stored input;
 // the events it replays are matched with the stored log by fingerprint and dropped, and
 // what follows them is appended to the same log, which readers on any gateway go on reading.
 // A replay that disagrees inside the stored part ends the run RUN_ERROR replay_diverged,
 // nothing of it appended. It reports false when it cannot (an input it cannot read, the
 // gateway shutting down).
-func (srv *Server) takeOver(tk jetstream.Takeover) bool {
+func (srv *Server) takeOver(tk Takeover) bool {
 	log := srv.log.With(slog.String(keyRunID, tk.Info.RunID), slog.Int("takeover", tk.Info.Takeovers))
 	in, err := protocol.DecodeRunAgentInput(tk.Input)
 	if err != nil || in.RunID != tk.Info.RunID {
@@ -53,7 +52,7 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 		return false
 	}
 	stored := tk.Stored
-	if i := slices.IndexFunc(stored, func(e jetstream.Entry) bool { return protocol.IsRunQueued(e.Event) }); i >= 0 {
+	if i := slices.IndexFunc(stored, func(e Entry) bool { return protocol.IsRunQueued(e.Event) }); i >= 0 {
 		if i == len(stored)-1 {
 			// Queued behind earlier runs of its thread and never started: taken over, it would
 			// start out of turn. It ends producer_lost, and its client may send it again.
@@ -90,10 +89,10 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 		}
 		cancel()
 	}
-	var rl takeoverLog = &replayLog{w: tk.Writer, stored: stored}
+	var rl takeoverLog = &replayLog{w: tk.Log, stored: stored}
 	replayed := max(len(stored)-1, 0) // the agent's events before the first stored one past run.accepted
 	if srv.cfg.Continue {
-		cl, reply, err := newContinueLog(tk.Writer, stored)
+		cl, reply, err := newContinueLog(tk.Log, stored)
 		if err != nil {
 			log.Info("takeover: the stored reply cannot be continued", slog.String(keyErr, err.Error()))
 			srv.turns.end(s)
@@ -141,7 +140,7 @@ func (srv *Server) takeOver(tk jetstream.Takeover) bool {
 // caller ends: a child of the run's first turn (its metadata keeps its trace context), so the
 // run's trace shows the turn, the takeover and what the new producer appended. With tracing
 // off it returns the server's context and noSpan.
-func (srv *Server) startTakeoverSpan(tk jetstream.Takeover, threadID string) (context.Context, trace.Span) {
+func (srv *Server) startTakeoverSpan(tk Takeover, threadID string) (context.Context, trace.Span) {
 	if srv.tracer == nil {
 		return srv.ctx, noSpan
 	}
@@ -172,7 +171,7 @@ type takeoverLog interface {
 // fails every append from then on.
 type replayLog struct {
 	w      RunLog
-	stored []jetstream.Entry
+	stored []Entry
 
 	mu       sync.Mutex
 	matched  int // stored events the replay matched
@@ -282,7 +281,7 @@ var errNotContinuable = errors.New("the stored events are not a run's start and 
 // newContinueLog returns the log of a takeover that continues what stored holds (the
 // run.accepted marker, RUN_STARTED, at most one text message) and the assistant message
 // that gives the agent the stored reply (nil when no text message is stored).
-func newContinueLog(w RunLog, stored []jetstream.Entry) (*continueLog, *protocol.Message, error) {
+func newContinueLog(w RunLog, stored []Entry) (*continueLog, *protocol.Message, error) {
 	l := &continueLog{w: w}
 	var text strings.Builder
 	for i, e := range stored {

@@ -14,14 +14,13 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 )
 
-// Threads keeps the principals' threads (THREADS.md sections 1 and 4): *jetstream.Store.
+// Threads keeps the principals' threads (THREADS.md sections 1 and 4): a *threadstore.Store.
 // Its errors are jetstream's (ErrUnknownThread).
 type Threads interface {
 	// ReadThreadAhead starts reading a thread for the AcceptRun that follows; AcceptRun
@@ -292,14 +291,14 @@ func (l *threadRun) finish(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		events = threadstore.Events(entries) // charged by reserveReadBack
+		events = eventsOf(entries) // charged by reserveReadBack
 	}
 	return l.srv.cfg.Threads.FinishRun(ctx, l.principal, l.threadID, l.runID, events)
 }
 
 // charge charges the entries of a log read whole to the memory budget, and returns the
 // function that gives them back once they are no longer held.
-func (srv *Server) charge(entries []jetstream.Entry) (release func()) {
+func (srv *Server) charge(entries []Entry) (release func()) {
 	var n int64
 	for _, e := range entries {
 		n += int64(len(e.Event)+len(e.Offset)) + entryOverhead
@@ -383,16 +382,16 @@ func (srv *Server) hydrateAnswer(ctx context.Context, principal, threadID string
 			case err == nil && closed:
 				// The run ended and its gateway did not finish its thread (it stopped
 				// meanwhile): finish it here, as it would have.
-				events := threadstore.Events(entries)
+				events := eventsOf(entries)
 				if err := srv.cfg.Threads.FinishRun(ctx, principal, threadID, runID, events); err != nil {
 					srv.log.Warn("hydrate: finishing an ended run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 				} else if t = srv.thread(ctx, principal, threadID); t == nil {
 					t = &threadstore.Thread{}
 				}
 			case err == nil:
-				activeRun, active = runID, threadstore.Events(entries)
+				activeRun, active = runID, eventsOf(entries)
 				ans.ActiveRun = &runRef{runID}
-			case !errors.Is(err, jetstream.ErrUnknownRun):
+			case !errors.Is(err, ErrUnknownRun):
 				srv.log.Warn("hydrate: reading the active run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
 			}
 		}

@@ -10,7 +10,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsgateway/wsgateway/internal/tracing"
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 )
@@ -112,7 +111,7 @@ func (rt *replayTrace) opened(r LogReader) {
 // begin starts the span, a child of ctx's span context.
 func (rt *replayTrace) begin(ctx context.Context, opts ...trace.SpanStartOption) {
 	name := tracing.SpanResume
-	if rt.offset == jetstream.FromStart {
+	if rt.offset == FromStart {
 		name = tracing.SpanJoin
 	}
 	opts = append(opts, trace.WithTimestamp(rt.start), trace.WithSpanKind(trace.SpanKindServer),

@@ -14,7 +14,6 @@ import (
 
 	"github.com/wsgateway/wsgateway/internal/quota"
 	"github.com/wsgateway/wsgateway/internal/tracing"
-	"github.com/wsgateway/wsgateway/jetstream"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
 	"github.com/wsgateway/wsgateway/threadstore"
@@ -392,14 +391,14 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	if span.IsRecording() {
 		createCtx = trace.ContextWithSpan(srv.ctx, span)
 	}
-	var opts []jetstream.CreateOption
+	var input []byte // kept for a takeover
 	if srv.cfg.Replay {
-		opts = append(opts, jetstream.WithInput(req.in.JSON()))
+		input = req.in.JSON()
 	}
-	runLog, err := srv.cfg.Store.Create(createCtx, s.key.principal, s.key.runID, req.in.ThreadID, opts...)
+	runLog, err := srv.cfg.Store.Create(createCtx, s.key.principal, s.key.runID, req.in.ThreadID, input)
 	if err != nil {
 		srv.turns.end(s)
-		if errors.Is(err, jetstream.ErrForbidden) {
+		if errors.Is(err, ErrForbidden) {
 			log.InfoContext(ctx, "run refused: another principal's runId")
 			endRefused(span, "refused", CodeForbidden)
 			return nil, protocol.AppendRunError(nil, msgForbidden, CodeForbidden)
@@ -532,7 +531,7 @@ func (srv *Server) runEnded(principal string) threadstore.Ended {
 			return true, nil
 		}
 		ended, err := srv.cfg.Store.Ended(ctx, principal, runID)
-		if errors.Is(err, jetstream.ErrUnknownRun) {
+		if errors.Is(err, ErrUnknownRun) {
 			return true, nil
 		}
 		return ended, err
@@ -552,7 +551,7 @@ func (srv *Server) announce(s *slot, log *slog.Logger) {
 	srv.turns.mu.Lock()
 	s.announced = true
 	srv.turns.mu.Unlock()
-	if err := srv.cfg.Store.Announce(s.thread, jetstream.Announcement{RunID: s.key.runID, Origin: originOf(s.owner)}); err != nil {
+	if err := srv.cfg.Store.Announce(s.thread, Announcement{RunID: s.key.runID, Origin: originOf(s.owner)}); err != nil {
 		log.Warn("announcing the run to its thread's followers", slog.String(keyErr, err.Error()))
 	}
 }

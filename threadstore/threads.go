@@ -733,10 +733,10 @@ func (s *Store) finishAnswered(ctx context.Context, key string, t *Thread, runID
 			continue
 		}
 		entries, closed, err := s.runs.Snapshot(ctx, t.Principal, id)
-		if err != nil || !LogEnded(entries, closed) {
+		if err != nil || !logEnded(entries, closed) {
 			continue
 		}
-		if err := s.finishIn(ctx, key, t, r, Events(entries)); err != nil {
+		if err := s.finishIn(ctx, key, t, r, eventsOf(entries)); err != nil {
 			return err
 		}
 	}
@@ -758,8 +758,8 @@ func (s *Store) rollBack(ctx context.Context, principal, key string, t *Thread, 
 			if err != nil {
 				return fmt.Errorf("thread: reading a run rolled back: %w", err)
 			}
-			if LogEnded(entries, closed) {
-				if err := s.finishIn(ctx, key, t, r, Events(entries)); err != nil {
+			if logEnded(entries, closed) {
+				if err := s.finishIn(ctx, key, t, r, eventsOf(entries)); err != nil {
 					return err
 				}
 			}
@@ -855,12 +855,12 @@ func (s *Store) finishReaped(ctx context.Context, info jetstream.RunInfo) error 
 	if err != nil {
 		return err
 	}
-	return s.FinishRun(ctx, info.Principal, info.ThreadID, info.RunID, Events(entries))
+	return s.FinishRun(ctx, info.Principal, info.ThreadID, info.RunID, eventsOf(entries))
 }
 
-// LogEnded reports whether a run's log, as a Snapshot read it, holds the run's end: it is
+// logEnded reports whether a run's log, as a Snapshot read it, holds the run's end: it is
 // closed, or its last event is a terminal (stored before the close that follows it).
-func LogEnded(entries []jetstream.Entry, closed bool) bool {
+func logEnded(entries []jetstream.Entry, closed bool) bool {
 	if closed {
 		return true
 	}
@@ -871,8 +871,8 @@ func LogEnded(entries []jetstream.Entry, closed bool) bool {
 	return ok
 }
 
-// Events returns the events of entries.
-func Events(entries []jetstream.Entry) []json.RawMessage {
+// eventsOf returns the events of entries.
+func eventsOf(entries []jetstream.Entry) []json.RawMessage {
 	events := make([]json.RawMessage, len(entries))
 	for i, e := range entries {
 		events[i] = e.Event

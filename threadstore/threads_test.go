@@ -154,7 +154,7 @@ func TestThreadPrincipals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.FinishRun(ctx, "alice", "T1", "r1", Events(entries)); err != nil {
+	if err := s.FinishRun(ctx, "alice", "T1", "r1", eventsOf(entries)); err != nil {
 		t.Fatal(err)
 	}
 	if err := w.Close(ctx); err != nil {
