@@ -512,7 +512,7 @@ func queuedBy(tr *threadRun) func() *turn.Queue {
 // busyWith returns the run of the thread read ahead, other than key's, that is still
 // active, "" when none or when the read failed.
 func (srv *Server) busyWith(ahead *threadstore.ThreadAhead, key runKey, threadID string, ended threadstore.Ended) string {
-	h, err := ahead.Head(key.principal, threadID)
+	h, err := ahead.Head(srv.ctx, key.principal, threadID)
 	if err != nil {
 		return ""
 	}

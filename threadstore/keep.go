@@ -64,7 +64,9 @@ func (k *threadKeep) keep(key string, r *threadRead) {
 	}
 }
 
-// take returns what was kept of key if it is the value of revision rev, and forgets it.
+// take returns what was kept of key if it is the value of revision rev or of a later one (the
+// value read was read before this store's write: a read ahead of the thread's update), and
+// forgets it.
 func (k *threadKeep) take(key string, rev uint64) *threadRead {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -73,7 +75,7 @@ func (k *threadKeep) take(key string, rev uint64) *threadRead {
 		return nil
 	}
 	k.dropLocked(key)
-	if e.r.rev != rev {
+	if e.r.rev < rev {
 		return nil
 	}
 	return e.r

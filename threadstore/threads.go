@@ -280,10 +280,7 @@ func (s *Store) updateThread(ctx context.Context, principal, threadID string, ah
 		r := h.val  // what the previous update wrote, if it did
 		h.val = nil // the next attempt reads the thread
 		if r == nil && ahead != nil {
-			<-ahead.done
-			if ahead.err == nil {
-				r = ahead.r
-			}
+			r, _ = ahead.read(ctx) // failed: read the thread again
 		}
 		ahead = nil
 		if r == nil {
@@ -442,33 +439,43 @@ func (s *Store) readThread(ctx context.Context, key string, take bool) (*threadR
 		case err != nil:
 			return nil, fmt.Errorf("thread: %w", err)
 		}
-		if take {
-			if r := s.kept.take(key, e.Revision()); r != nil {
-				return r, nil
-			}
+		r, err := s.decodeThread(ctx, key, e, take)
+		if r != nil || err != nil {
+			return r, err
 		}
-		var v threadValue
-		if err := json.Unmarshal(e.Value(), &v); err != nil {
-			return nil, fmt.Errorf("thread: %w", err)
+		if attempt == threadAttempts {
+			return nil, errors.New("thread: its value keeps being replaced")
 		}
-		r := &threadRead{t: &v.Thread, rev: e.Revision(), parts: v.Parts}
-		if v.Parts == nil {
+	}
+}
+
+// decodeThread returns the thread of e, the value read under key (taken from what this store
+// kept, with take); nil and no error when the parts it names were purged meanwhile (a newer
+// write replaced it).
+func (s *Store) decodeThread(ctx context.Context, key string, e natsjs.KeyValueEntry, take bool) (*threadRead, error) {
+	if take {
+		if r := s.kept.take(key, e.Revision()); r != nil {
 			return r, nil
 		}
-		b, err := s.readParts(ctx, key, v.Parts)
-		if err != nil {
-			return nil, err
-		}
-		if b == nil && attempt < threadAttempts {
-			continue // replaced meanwhile
-		}
-		var t Thread
-		if err := json.Unmarshal(b, &t); err != nil {
-			return nil, fmt.Errorf("thread: %w", err)
-		}
-		r.t = &t
+	}
+	var v threadValue
+	if err := json.Unmarshal(e.Value(), &v); err != nil {
+		return nil, fmt.Errorf("thread: %w", err)
+	}
+	r := &threadRead{t: &v.Thread, rev: e.Revision(), parts: v.Parts}
+	if v.Parts == nil {
 		return r, nil
 	}
+	b, err := s.readParts(ctx, key, v.Parts)
+	if err != nil || b == nil {
+		return nil, err
+	}
+	var t Thread
+	if err := json.Unmarshal(b, &t); err != nil {
+		return nil, fmt.Errorf("thread: %w", err)
+	}
+	r.t = &t
+	return r, nil
 }
 
 // readParts returns the concatenated values of the thread key's parts p; nil if one of them
@@ -488,24 +495,46 @@ func (s *Store) readParts(ctx context.Context, key string, p *threadParts) ([]by
 	return b, nil
 }
 
-// ThreadAhead is a thread read ahead of its update (ReadThreadAhead).
+// ThreadAhead is a thread read ahead of its update (ReadThreadAhead). The value read is
+// decoded when it is first used: an update that starts from the value this store's previous
+// update of the thread wrote (threadHold) never decodes it.
 type ThreadAhead struct {
+	s    *Store
+	key  string
 	done chan struct{}
-	r    *threadRead
-	err  error
 	// threads is how many threads the principal has, counted when the read found none and
 	// Config.MaxThreadsPerPrincipal bounds them; -1: not counted.
 	threads int
+
+	mu  sync.Mutex
+	e   natsjs.KeyValueEntry // the value read, until it is decoded into r
+	r   *threadRead
+	err error
+}
+
+// read waits for the read and returns the thread it read, decoded.
+func (a *ThreadAhead) read(ctx context.Context) (*threadRead, error) {
+	<-a.done
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.e != nil {
+		a.r, a.err = a.s.decodeThread(ctx, a.key, a.e, true)
+		if a.r == nil && a.err == nil { // replaced meanwhile
+			a.r, a.err = a.s.readThread(ctx, a.key, true)
+		}
+		a.e = nil
+	}
+	return a.r, a.err
 }
 
 // Head waits for the read and returns the thread's head as read (with no runs when the
 // thread does not exist yet).
-func (a *ThreadAhead) Head(principal, threadID string) (*ThreadHead, error) {
-	<-a.done
-	if a.err != nil {
-		return nil, a.err
+func (a *ThreadAhead) Head(ctx context.Context, principal, threadID string) (*ThreadHead, error) {
+	r, err := a.read(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if t := a.r.t; a.r.rev != 0 && t.Principal == principal && t.ThreadID == threadID {
+	if t := r.t; r.rev != 0 && t.Principal == principal && t.ThreadID == threadID {
 		return &t.ThreadHead, nil
 	}
 	return &ThreadHead{}, nil
@@ -514,16 +543,25 @@ func (a *ThreadAhead) Head(principal, threadID string) (*ThreadHead, error) {
 // ReadThreadAhead starts reading the principal's thread for an AcceptRun that follows, so
 // that the read goes on while the caller does something else first (creates the run's log).
 // An AcceptRun given it starts from what it read, unless an update of the thread through
-// this store came after; a stale read costs its compare-and-set and a read again.
+// this store came after (it then starts from what that update wrote); a read made stale by
+// another gateway's write costs its compare-and-set and a read again.
 func (s *Store) ReadThreadAhead(ctx context.Context, principal, threadID string) *ThreadAhead {
-	a := &ThreadAhead{done: make(chan struct{}), threads: -1}
+	a := &ThreadAhead{s: s, key: threadKey(principal, threadID), done: make(chan struct{}), threads: -1}
 	go func() {
 		defer close(a.done)
-		a.r, a.err = s.readThread(ctx, threadKey(principal, threadID), true)
-		if a.err == nil && a.r.rev == 0 && s.cfg.MaxThreadsPerPrincipal > 0 {
-			if n, err := s.threadCount(ctx, principal); err == nil {
-				a.threads = n
+		e, err := s.threads.Get(ctx, a.key)
+		switch {
+		case errors.Is(err, natsjs.ErrKeyNotFound):
+			a.r = &threadRead{t: &Thread{}}
+			if s.cfg.MaxThreadsPerPrincipal > 0 {
+				if n, err := s.threadCount(ctx, principal); err == nil {
+					a.threads = n
+				}
 			}
+		case err != nil:
+			a.err = fmt.Errorf("thread: %w", err)
+		default:
+			a.e = e
 		}
 	}()
 	return a

@@ -274,21 +274,20 @@ func TestThreadKeptValue(t *testing.T) {
 		t.Fatal("store a keeps nothing of the thread it wrote")
 	}
 	ahead := a.ReadThreadAhead(ctx, "alice", "T")
-	<-ahead.done
-	if ahead.err != nil || ahead.r != k {
-		t.Errorf("the read ahead after the store's own write decoded the thread again (err %v)", ahead.err)
+	r, err := ahead.read(ctx)
+	if err != nil || r != k {
+		t.Errorf("the read ahead after the store's own write decoded the thread again (err %v)", err)
 	}
 	if kept(a) != nil {
 		t.Error("what was taken is still kept")
 	}
-	stale := ahead.r
+	stale := r
 	a.kept.keep(key, stale) // as if the read ahead's update had not come
 
 	turn(b, "r2") // another gateway writes the thread: what a kept is stale
 	ahead = a.ReadThreadAhead(ctx, "alice", "T")
-	<-ahead.done
-	if ahead.err != nil || ahead.r == stale {
-		t.Errorf("a read ahead after another store's write took the stale value (err %v)", ahead.err)
+	if r, err = ahead.read(ctx); err != nil || r == stale {
+		t.Errorf("a read ahead after another store's write took the stale value (err %v)", err)
 	}
 	turn(a, "r3")
 	th, err := b.Thread(ctx, "alice", "T")
@@ -303,6 +302,19 @@ func TestThreadKeptValue(t *testing.T) {
 		if got["u-"+r] != "user:"+r || got["a-"+r] != "assistant:re: "+r {
 			t.Errorf("run %s: user %q, assistant %q", r, got["u-"+r], got["a-"+r])
 		}
+	}
+	// A read ahead made before the store's own next write (a run frame that came as the
+	// thread's previous run finished) starts from what that write kept, decoding nothing.
+	ahead = a.ReadThreadAhead(ctx, "alice", "T")
+	<-ahead.done
+	if _, err := a.AcceptRun(ctx, "alice", "T", "r4", turnInput("T", "r4", "u-r4", "r4"), nil, Overlap{}); err != nil {
+		t.Fatal(err)
+	}
+	if k = kept(a); k == nil {
+		t.Fatal("store a keeps nothing of the thread it wrote")
+	}
+	if r, err = ahead.read(ctx); err != nil || r != k {
+		t.Errorf("a read ahead of the store's own write did not start from what the write kept (err %v)", err)
 	}
 	time.Sleep(ThreadsKeptFor + 100*time.Millisecond)
 	for i, s := range []*Store{a, b} {
