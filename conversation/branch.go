@@ -6,8 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
-
-	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // BranchHandler returns the handler of POST /api/threads/{threadId}/branch
@@ -39,7 +37,7 @@ func (srv *Server) serveBranch(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), threadTimeout)
 	defer cancel()
 	t, err := srv.cfg.Threads.SwitchBranch(ctx, principal, threadID, req.MessageID)
-	var busy *threadstore.BusyError
+	var busy *BusyError
 	for range 4 {
 		// A run whose terminal is stored and whose finish has not reached the thread yet
 		// (its gateway is writing it, or stopped): finished here, as a hydrate does.
@@ -52,10 +50,10 @@ func (srv *Server) serveBranch(w http.ResponseWriter, r *http.Request) {
 	case errors.As(err, &busy):
 		writeThreadBusy(w, busy.ActiveRun)
 		return
-	case errors.Is(err, threadstore.ErrUnknownThread):
+	case errors.Is(err, ErrUnknownThread):
 		writeJSONError(w, http.StatusNotFound, "unknown thread")
 		return
-	case errors.Is(err, threadstore.ErrUnknownMessage):
+	case errors.Is(err, ErrUnknownMessage):
 		writeJSONError(w, http.StatusNotFound, "unknown message")
 		return
 	case err != nil:

@@ -10,7 +10,6 @@ import (
 
 	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/protocol"
-	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 )
 
@@ -29,21 +28,21 @@ type contextAgent struct {
 // acceptance in its thread: the thread is there to read, without a round trip of its own.
 func (a contextAgent) Run(ctx context.Context, in *protocol.RunAgentInput, emit func([]byte) error) error {
 	<-a.l.accepted
-	return a.Agent.Run(ctx, a.srv.agentInput(ctx, a.l.written, in, a.span, a.log), emit)
+	return a.Agent.Run(ctx, a.srv.agentInput(ctx, a.l.principal, a.l.written, in, a.span, a.log), emit)
 }
 
 // agentInput returns in with the messages its agent is given: the thread's transcript as the
 // run's acceptance wrote it (t; nil when that write failed: then in as posted, which is
 // logged), with the replies of the runs accepted before it that t holds as running but whose
 // logs end with their terminal (earlierRuns), converted for the agent and merged with what the
-// run posted, cut to AgentHistoryBytes (threadstore.Store.AgentMessages). The cut is logged at
+// run posted, cut to AgentHistoryBytes (Threads.AgentMessages). The cut is logged at
 // Debug and recorded on the turn's span.
-func (srv *Server) agentInput(ctx context.Context, t *threadstore.Thread, in *protocol.RunAgentInput, span trace.Span, log *slog.Logger) *protocol.RunAgentInput {
+func (srv *Server) agentInput(ctx context.Context, principal string, t Thread, in *protocol.RunAgentInput, span trace.Span, log *slog.Logger) *protocol.RunAgentInput {
 	if t == nil {
 		log.WarnContext(ctx, "agent history: the run's thread could not be written, the agent gets the messages the run posted")
 		return in
 	}
-	earlier, release := srv.earlierRuns(ctx, t, in.RunID, log)
+	earlier, release := srv.earlierRuns(ctx, principal, t, in.RunID, log)
 	input, w, err := srv.cfg.Threads.AgentMessages(ctx, t, in.RunID, earlier, in.Messages, srv.cfg.AgentHistoryBytes)
 	release()
 	if err != nil {
@@ -63,14 +62,14 @@ func (srv *Server) agentInput(ctx context.Context, t *threadstore.Thread, in *pr
 const maxEarlierRuns = 4
 
 // earlierRuns returns the events of each run accepted before runID that t holds as running
-// and whose log ends with its terminal (threadstore.Thread.EarlierRuns): a client that saw a
+// and whose log ends with its terminal (Thread.EarlierRuns): a client that saw a
 // reply's terminal may post its next message before that run's gateway finished its thread
 // (it does once the run's log is closed), and the reply belongs in the next run's context. A
 // run still streaming is left out (its reply is not settled). The newest maxEarlierRuns such
 // runs are read, none while the memory budget admits no new work; a log that cannot be read
 // is logged and left out. A run of this gateway that just ended is not read: its events are
 // at hand (Server.settled). The logs read are charged to the memory budget until release.
-func (srv *Server) earlierRuns(ctx context.Context, t *threadstore.Thread, runID string, log *slog.Logger) (earlier []threadstore.RunEvents, release func()) {
+func (srv *Server) earlierRuns(ctx context.Context, principal string, t Thread, runID string, log *slog.Logger) (earlier []RunEvents, release func()) {
 	ids := t.EarlierRuns(runID)
 	if len(ids) > maxEarlierRuns {
 		log.DebugContext(ctx, "agent history: earlier runs of the thread left unread", slog.Int("unread", len(ids)-maxEarlierRuns))
@@ -83,8 +82,8 @@ func (srv *Server) earlierRuns(ctx context.Context, t *threadstore.Thread, runID
 		}
 	}
 	for _, id := range ids {
-		if v, ok := srv.settled.Load(runKey{t.Principal, id}); ok {
-			earlier = append(earlier, threadstore.RunEvents{RunID: id, Events: v.([]json.RawMessage)})
+		if v, ok := srv.settled.Load(runKey{principal, id}); ok {
+			earlier = append(earlier, RunEvents{RunID: id, Events: v.([]json.RawMessage)})
 			continue
 		}
 		if !srv.cfg.Budget.Admit() {
@@ -92,7 +91,7 @@ func (srv *Server) earlierRuns(ctx context.Context, t *threadstore.Thread, runID
 			break
 		}
 		rctx, cancel := context.WithTimeout(ctx, threadTimeout)
-		entries, _, err := srv.cfg.Store.Snapshot(rctx, t.Principal, id)
+		entries, _, err := srv.cfg.Store.Snapshot(rctx, principal, id)
 		cancel()
 		if err != nil {
 			if !errors.Is(err, ErrUnknownRun) {
@@ -102,7 +101,7 @@ func (srv *Server) earlierRuns(ctx context.Context, t *threadstore.Thread, runID
 		}
 		if n := len(entries); n > 0 && terminal(entries[n-1].Event) {
 			releases = append(releases, srv.charge(entries))
-			earlier = append(earlier, threadstore.RunEvents{RunID: id, Events: eventsOf(entries)})
+			earlier = append(earlier, RunEvents{RunID: id, Events: eventsOf(entries)})
 		}
 	}
 	return earlier, release

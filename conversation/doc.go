@@ -8,12 +8,14 @@
 // socket and drains the turns. Config.Principal (or Config.Tokens) authenticates every
 // request.
 //
-// The Server reaches storage through the interfaces it declares: Store (the run logs:
-// RunStore adapts a *jetstream.Store; RunLog, LogReader), in value types and errors of its
-// own (Entry, RunInfo, Takeover, Announcement; ErrForbidden, ErrUnknownRun, ErrInvalidOffset),
-// and Threads (a *threadstore.Store, in threadstore's types). Its tests run on NATS where the
-// logs are the point, and on an in-memory Store where they are not (frames, heartbeats,
-// per-socket limits).
+// The Server reaches storage through the interfaces it declares, in value types and errors
+// of its own: Store (the run logs: RunStore adapts a *jetstream.Store; RunLog, LogReader,
+// Entry, RunInfo, Takeover, Announcement; ErrForbidden, ErrUnknownRun, ErrInvalidOffset) and
+// Threads (ThreadStore adapts a *threadstore.Store; Thread, ThreadAhead, Overlap,
+// ThreadSummary, HydratePage, RunEvents, Window; ErrUnknownThread, ErrThreadLimit,
+// ErrUnknownMessage, *BusyError). Its tests run on NATS where the logs and threads are the
+// point, and on an in-memory Store and Threads where they are not (frames, heartbeats,
+// per-socket limits, a thread's turns on one gateway).
 //
 // # Turns and replays
 //

@@ -199,6 +199,8 @@ type envOptions struct {
 	// memory runs the gateway on a memStore, without NATS and without threads: for the
 	// tests in which NATS is beside the point. env.store and env.threads are nil then.
 	memory bool
+	// memThreads, with memory, keeps threads in memory (memThreads).
+	memThreads bool
 }
 
 // newEnv starts a gateway. Without a NATS URL it starts an embedded NATS server with
@@ -220,6 +222,9 @@ func newEnv(t testing.TB, o envOptions) *env {
 	var ts *threadstore.Store
 	var cs conversation.Store = newMemStore()
 	var threads conversation.Threads
+	if o.memThreads {
+		threads = newMemThreads()
+	}
 	if !o.memory {
 		var err error
 		if store, err = jetstream.Open(ctx, cfg); err != nil {
@@ -231,7 +236,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 			store.Close()
 			t.Fatalf("threadstore.Open() = %v", err)
 		}
-		cs, threads = conversation.RunStore(store), ts
+		cs, threads = conversation.RunStore(store), conversation.ThreadStore(ts)
 	}
 	reg := prometheus.NewRegistry()
 	if o.heartbeat.Interval == 0 {

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // startAs starts a turn of runID as principal through a door: "ws" (a run frame on sock),
@@ -225,7 +224,7 @@ type countedThreads struct {
 	release chan struct{}
 }
 
-func (c countedThreads) Thread(ctx context.Context, principal, threadID string) (*threadstore.Thread, error) {
+func (c countedThreads) Thread(ctx context.Context, principal, threadID string) (conversation.Thread, error) {
 	c.reads.Add(1)
 	select {
 	case <-c.release:

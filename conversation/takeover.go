@@ -19,7 +19,6 @@ import (
 	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
-	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 )
 
@@ -77,15 +76,15 @@ func (srv *Server) takeOver(tk Takeover) bool {
 		// it: it is recorded now, so that its reply lands in the thread at its close.
 		ctx, cancel := context.WithTimeout(srv.ctx, takeoverReadTimeout)
 		th, err := srv.cfg.Threads.Thread(ctx, key.principal, in.ThreadID)
-		if errors.Is(err, threadstore.ErrUnknownThread) || err == nil && th.RunState(in.RunID) == "" {
-			th, err = srv.cfg.Threads.AcceptRun(ctx, key.principal, in.ThreadID, in.RunID, in.JSON(), nil, threadstore.Overlap{})
+		if errors.Is(err, ErrUnknownThread) || err == nil && th.RunState(in.RunID) == "" {
+			th, err = srv.cfg.Threads.AcceptRun(ctx, key.principal, in.ThreadID, in.RunID, in.JSON(), nil, Overlap{})
 		}
 		if err != nil {
 			log.Warn("takeover: reading the run's thread", slog.String(keyErr, err.Error()))
 			th = nil // agentInput gives the agent what the run posted, and says so
 		}
 		if !srv.cfg.AgentHistoryClient {
-			input = srv.agentInput(ctx, th, in, trace.SpanFromContext(ctx), log)
+			input = srv.agentInput(ctx, key.principal, th, in, trace.SpanFromContext(ctx), log)
 		}
 		cancel()
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
 	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/protocol"
-	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // deltaTexts returns the text deltas of frames, in order.
@@ -355,7 +354,7 @@ func TestTakeoverQueued(t *testing.T) {
 // were, before its runs reach their threads.
 type neverAccepted struct{ threads }
 
-func (neverAccepted) AcceptRun(context.Context, string, string, string, json.RawMessage, *threadstore.ThreadAhead, threadstore.Overlap) (*threadstore.Thread, error) {
+func (neverAccepted) AcceptRun(context.Context, string, string, string, json.RawMessage, conversation.ThreadAhead, conversation.Overlap) (conversation.Thread, error) {
 	return nil, errors.New("NATS is away")
 }
 

@@ -16,36 +16,8 @@ import (
 
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
-	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 )
-
-// Threads keeps the principals' threads (THREADS.md sections 1 and 4): a *threadstore.Store.
-// Its errors are jetstream's (ErrUnknownThread).
-type Threads interface {
-	// ReadThreadAhead starts reading a thread for the AcceptRun that follows; AcceptRun
-	// records a newly accepted run in its thread and merges its input.
-	ReadThreadAhead(ctx context.Context, principal, threadID string) *threadstore.ThreadAhead
-	// AcceptRun returns the thread as it wrote it, which the caller does not modify.
-	// While an earlier run of the thread is active, a run is accepted beside it, refused
-	// (*threadstore.BusyError) or queued, as the Overlap says.
-	AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, o threadstore.Overlap) (*threadstore.Thread, error)
-	// FinishRun applies a run's stored events to its thread and records how it ended.
-	FinishRun(ctx context.Context, principal, threadID, runID string, events []json.RawMessage) error
-	// Thread returns the principal's thread; Threads lists them, newest first;
-	// DeleteThread removes one with its runs' logs.
-	Thread(ctx context.Context, principal, threadID string) (*threadstore.Thread, error)
-	Threads(ctx context.Context, principal string) ([]threadstore.ThreadSummary, error)
-	DeleteThread(ctx context.Context, principal, threadID string) error
-	// SwitchBranch makes the branch holding a message the thread's active one (THREADS.md
-	// section 7).
-	SwitchBranch(ctx context.Context, principal, threadID, messageID string) (*threadstore.Thread, error)
-	// Hydrate answers a page of a thread's messages with its active run's events so far,
-	// reading the records it reaches; AgentMessages returns what a run's agent is given of
-	// its thread (THREADS.md section 5), merged with what the run posted.
-	Hydrate(ctx context.Context, t *threadstore.Thread, activeRun string, active []json.RawMessage, limit int, before string) (threadstore.HydratePage, error)
-	AgentMessages(ctx context.Context, t *threadstore.Thread, runID string, earlier []threadstore.RunEvents, posted []protocol.Message, budget int) ([]protocol.Message, threadstore.Window, error)
-}
 
 // threadTimeout bounds a thread update of a turn's start or end, and a hydrate's reads.
 const threadTimeout = 10 * time.Second
@@ -64,19 +36,19 @@ type threadRun struct {
 	log                        *slog.Logger
 	accepted                   chan struct{} // closed once the thread was written (or its first try failed), and the run announced
 	// refusal is set, before accepted is closed, when the thread refuses the run: it would
-	// start a thread beyond the principal's (threadstore.ErrThreadLimit), or another run of
-	// the thread is active and the run's strategy is reject (threadstore.ErrThreadBusy). The
+	// start a thread beyond the principal's (ErrThreadLimit), or another run of
+	// the thread is active and the run's strategy is reject (*BusyError). The
 	// turn ends with it, and nothing is announced.
 	refusal atomic.Pointer[turn.Refusal]
 	landed  chan struct{} // closed once the thread was written, or the server stopped trying
 	// written is the thread as the first try of the run's acceptance wrote it (nil: that try
 	// failed), set before accepted is closed, or, for a queued run, as its start wrote it:
 	// the run's agent takes its context from it.
-	written *threadstore.Thread
+	written Thread
 	// ahead, set before accepted is closed, is how many earlier runs of the thread a run
 	// its first try queued waits for (0: not queued); overlap and input start it.
 	ahead   int
-	overlap threadstore.Overlap
+	overlap Overlap
 	input   json.RawMessage
 
 	// The events appended, kept while they fit in threadEventsMemory bytes: the run's end
@@ -122,7 +94,7 @@ func (l *threadRun) Keep(event []byte, terminal bool) {
 // for no event: a new run's first event is stored in the write's round trip.
 // A run queued with interrupt set interrupts the runs running before it (multitaskStrategy
 // interrupt), which end RUN_ERROR code interrupted, so that it starts at once.
-func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *threadstore.ThreadAhead, o threadstore.Overlap, interrupt bool, log *slog.Logger) *threadRun {
+func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead ThreadAhead, o Overlap, interrupt bool, log *slog.Logger) *threadRun {
 	l := &threadRun{srv: srv, principal: s.key.principal, threadID: in.ThreadID, runID: in.RunID, log: log,
 		accepted: make(chan struct{}), landed: make(chan struct{}), overlap: o, input: in.JSON()}
 	go func() {
@@ -140,9 +112,9 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 		first := true
 		srv.untilLanded(log, "recording the run in its thread", func(ctx context.Context) error {
 			t, err := srv.cfg.Threads.AcceptRun(ctx, l.principal, in.ThreadID, in.RunID, l.input, ahead, o)
-			var busy *threadstore.BusyError
+			var busy *BusyError
 			switch {
-			case errors.Is(err, threadstore.ErrThreadLimit):
+			case errors.Is(err, ErrThreadLimit):
 				log.Info("run refused: max-threads-per-principal")
 				srv.cfg.Metrics.LimitRefused(metrics.LimitPrincipalThreads)
 				l.refusal.Store(&turn.Refusal{Code: CodeLimitExceeded, Message: MsgTooManyThreads})
@@ -154,10 +126,10 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 			}
 			if first {
 				l.written, first = t, false
-				if t != nil && t.RunState(in.RunID) == threadstore.ThreadRunQueued {
+				if t != nil && t.RunState(in.RunID) == ThreadRunQueued {
 					l.ahead = t.Ahead(in.RunID)
 					if interrupt {
-						srv.interruptBefore(t, in.RunID, log)
+						srv.interruptBefore(l.principal, t, in.RunID, log)
 					}
 				}
 			}
@@ -170,13 +142,13 @@ func (srv *Server) newThreadRun(s *slot, in *protocol.RunAgentInput, ahead *thre
 }
 
 // interruptBefore asks that the runs of t running before runID be interrupted.
-func (srv *Server) interruptBefore(t *threadstore.Thread, runID string, log *slog.Logger) {
-	for _, r := range t.Runs {
+func (srv *Server) interruptBefore(principal string, t Thread, runID string, log *slog.Logger) {
+	for _, r := range t.Runs() {
 		if r.RunID == runID {
 			return
 		}
-		if r.State == threadstore.ThreadRunRunning {
-			if err := srv.cfg.Store.RequestInterrupt(t.Principal, r.RunID); err != nil {
+		if r.State == ThreadRunRunning {
+			if err := srv.cfg.Store.RequestInterrupt(principal, r.RunID); err != nil {
 				log.Warn("interrupting an earlier run of the thread", slog.String("activeRunId", r.RunID), slog.String(keyErr, err.Error()))
 			}
 		}
@@ -203,7 +175,7 @@ func (l *threadRun) waitTurn(ctx context.Context) error {
 		t, err := l.srv.cfg.Threads.AcceptRun(actx, l.principal, l.threadID, l.runID, l.input, nil, l.overlap)
 		cancel()
 		switch {
-		case err == nil && t.RunState(l.runID) != threadstore.ThreadRunQueued:
+		case err == nil && t.RunState(l.runID) != ThreadRunQueued:
 			l.written = t
 			return nil
 		case err != nil && ctx.Err() == nil && !warned:
@@ -369,7 +341,7 @@ func (srv *Server) hydrate(w http.ResponseWriter, r *http.Request, principal, th
 
 // hydrateAnswer returns the page of t (nil: none, an empty thread) that limit and before
 // name, with its active run's events so far, and what releases the memory they hold.
-func (srv *Server) hydrateAnswer(ctx context.Context, principal, threadID string, t *threadstore.Thread, limit int, before string) (hydrateAnswer, func()) {
+func (srv *Server) hydrateAnswer(ctx context.Context, principal, threadID string, t Thread, limit int, before string) (hydrateAnswer, func()) {
 	ans := hydrateAnswer{Messages: json.RawMessage("[]"), Interrupts: json.RawMessage("null")}
 	release := func() {}
 	if t != nil {
@@ -385,8 +357,8 @@ func (srv *Server) hydrateAnswer(ctx context.Context, principal, threadID string
 				events := eventsOf(entries)
 				if err := srv.cfg.Threads.FinishRun(ctx, principal, threadID, runID, events); err != nil {
 					srv.log.Warn("hydrate: finishing an ended run", slog.String(keyRunID, runID), slog.String(keyErr, err.Error()))
-				} else if t = srv.thread(ctx, principal, threadID); t == nil {
-					t = &threadstore.Thread{}
+				} else {
+					t = srv.thread(ctx, principal, threadID) // nil: hydrated as empty
 				}
 			case err == nil:
 				activeRun, active = runID, eventsOf(entries)
@@ -414,13 +386,13 @@ func (srv *Server) hydrateAnswer(ctx context.Context, principal, threadID string
 
 // thread returns the principal's thread, nil when it has none (or threads are off, or the
 // store failed: logged).
-func (srv *Server) thread(ctx context.Context, principal, threadID string) *threadstore.Thread {
+func (srv *Server) thread(ctx context.Context, principal, threadID string) Thread {
 	if srv.cfg.Threads == nil || threadID == "" {
 		return nil
 	}
 	t, err := srv.cfg.Threads.Thread(ctx, principal, threadID)
 	if err != nil {
-		if !errors.Is(err, threadstore.ErrUnknownThread) {
+		if !errors.Is(err, ErrUnknownThread) {
 			srv.log.Warn("reading a thread", slog.String(keyErr, err.Error()))
 		}
 		return nil
@@ -473,7 +445,7 @@ func (srv *Server) serveThreads(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodDelete {
 		err := srv.cfg.Threads.DeleteThread(ctx, principal, r.PathValue("threadId"))
 		switch {
-		case errors.Is(err, threadstore.ErrUnknownThread):
+		case errors.Is(err, ErrUnknownThread):
 			writeJSONError(w, http.StatusNotFound, "unknown thread")
 		case err != nil:
 			srv.log.Warn("deleting a thread", slog.String(keyErr, err.Error()))
@@ -523,7 +495,7 @@ func isoTime(t time.Time) string { return t.UTC().Format("2006-01-02T15:04:05.00
 
 // compareSummaries orders threads as Threads lists them: most recently updated first, ties
 // by threadId.
-func compareSummaries(a, b threadstore.ThreadSummary) int {
+func compareSummaries(a, b ThreadSummary) int {
 	if c := b.Updated.Compare(a.Updated); c != 0 {
 		return c
 	}
@@ -531,22 +503,22 @@ func compareSummaries(a, b threadstore.ThreadSummary) int {
 }
 
 // A thread list's cursor is the position of the page's last thread: its update time and id.
-func encodeThreadCursor(t threadstore.ThreadSummary) string {
+func encodeThreadCursor(t ThreadSummary) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(t.Updated.UTC().Format(time.RFC3339Nano) + "\n" + t.ThreadID))
 }
 
-func decodeThreadCursor(c string) (threadstore.ThreadSummary, bool) {
+func decodeThreadCursor(c string) (ThreadSummary, bool) {
 	b, err := base64.RawURLEncoding.DecodeString(c)
 	if err != nil || c == "" {
-		return threadstore.ThreadSummary{}, false
+		return ThreadSummary{}, false
 	}
 	at, id, ok := strings.Cut(string(b), "\n")
 	if !ok {
-		return threadstore.ThreadSummary{}, false
+		return ThreadSummary{}, false
 	}
 	ts, err := time.Parse(time.RFC3339Nano, at)
 	if err != nil {
-		return threadstore.ThreadSummary{}, false
+		return ThreadSummary{}, false
 	}
-	return threadstore.ThreadSummary{ThreadID: id, Updated: ts}, true
+	return ThreadSummary{ThreadID: id, Updated: ts}, true
 }

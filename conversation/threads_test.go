@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/wsgateway/wsgateway/conversation"
-	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // threadFrame is a run frame of thread threadID whose messages are (id, text) user messages.
@@ -117,7 +116,7 @@ type heldThreads struct {
 // threads names the embedded Threads of a wrapper, whose method Threads it would hide.
 type threads = conversation.Threads
 
-func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, o threadstore.Overlap) (*threadstore.Thread, error) {
+func (h heldThreads) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead conversation.ThreadAhead, o conversation.Overlap) (conversation.Thread, error) {
 	select {
 	case <-h.release:
 	case <-ctx.Done():

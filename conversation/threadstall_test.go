@@ -11,7 +11,6 @@ import (
 
 	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/internal/tcpproxy"
-	"github.com/wsgateway/wsgateway/threadstore"
 )
 
 // threadStall is how long NATS stalls in TestThreadRunAcrossNATSStall: longer than a thread
@@ -26,7 +25,7 @@ type stallOnAccept struct {
 	once  *sync.Once
 }
 
-func (s stallOnAccept) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead *threadstore.ThreadAhead, o threadstore.Overlap) (*threadstore.Thread, error) {
+func (s stallOnAccept) AcceptRun(ctx context.Context, principal, threadID, runID string, input json.RawMessage, ahead conversation.ThreadAhead, o conversation.Overlap) (conversation.Thread, error) {
 	s.once.Do(s.stall)
 	return s.threads.AcceptRun(ctx, principal, threadID, runID, input, ahead, o)
 }

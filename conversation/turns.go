@@ -16,7 +16,6 @@ import (
 	"github.com/wsgateway/wsgateway/internal/tracing"
 	"github.com/wsgateway/wsgateway/metrics"
 	"github.com/wsgateway/wsgateway/protocol"
-	"github.com/wsgateway/wsgateway/threadstore"
 	"github.com/wsgateway/wsgateway/turn"
 	"github.com/wsgateway/wsgateway/usage"
 )
@@ -366,13 +365,13 @@ func (srv *Server) startTurn(req turnRequest) (*turn.Turn, []byte) {
 	// first event is delivered, and the run announced to the thread's followers, once the
 	// write is done. A client that received an event and then hydrates finds the run
 	// active, or finished.
-	var ahead *threadstore.ThreadAhead
-	var overlap threadstore.Overlap // the zero Overlap: concurrent
+	var ahead ThreadAhead
+	var overlap Overlap // the zero Overlap: concurrent
 	threaded := srv.cfg.Threads != nil && req.in.ThreadID != ""
 	if threaded {
 		ahead = srv.cfg.Threads.ReadThreadAhead(srv.ctx, s.key.principal, req.in.ThreadID)
 		if strategy != MultitaskConcurrent {
-			overlap = threadstore.Overlap{Ended: srv.runEnded(s.key.principal), Queue: strategy != MultitaskReject, Rollback: strategy == MultitaskRollback}
+			overlap = Overlap{Ended: srv.runEnded(s.key.principal), Queue: strategy != MultitaskReject, Rollback: strategy == MultitaskRollback}
 		}
 		if strategy == MultitaskReject {
 			// The thread is read before the log is created: a run refused creates none.
@@ -511,21 +510,17 @@ func queuedBy(tr *threadRun) func() *turn.Queue {
 
 // busyWith returns the run of the thread read ahead, other than key's, that is still
 // active, "" when none or when the read failed.
-func (srv *Server) busyWith(ahead *threadstore.ThreadAhead, key runKey, threadID string, ended threadstore.Ended) string {
-	h, err := ahead.Head(srv.ctx, key.principal, threadID)
-	if err != nil {
-		return ""
-	}
+func (srv *Server) busyWith(ahead ThreadAhead, key runKey, threadID string, ended Ended) string {
 	ctx, cancel := context.WithTimeout(srv.ctx, threadTimeout)
 	defer cancel()
-	active, _ := h.BusyWith(ctx, key.runID, ended)
+	active, _ := ahead.BusyWith(ctx, key.principal, threadID, key.runID, ended)
 	return active
 }
 
-// runEnded returns the threadstore.Ended of the principal's runs: a run of this gateway that
+// runEnded returns the Ended of the principal's runs: a run of this gateway that
 // stored its terminal is at hand (Server.settled), another's log is asked (Store.Ended), and
 // a run with no log is not active.
-func (srv *Server) runEnded(principal string) threadstore.Ended {
+func (srv *Server) runEnded(principal string) Ended {
 	return func(ctx context.Context, runID string) (bool, error) {
 		if _, ok := srv.settled.Load(runKey{principal, runID}); ok {
 			return true, nil

@@ -275,7 +275,7 @@ func (g *gateway) build(ctx context.Context) error {
 		EarlyAborts:    cfg.earlyAborts,
 		EarlyAbortTTL:  cfg.earlyAbortTTL,
 		Store:          conversation.RunStore(g.store),
-		Threads:        g.threads,
+		Threads:        conversation.ThreadStore(g.threads),
 		Agent:          agent,
 		Replay:         cfg.takeover == "on" || cfg.takeover == "continue" || cfg.takeover == "auto" && cfg.agent == agentDemo,
 		Continue:       cfg.takeover == "continue",
