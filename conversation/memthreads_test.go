@@ -268,6 +268,9 @@ func TestThreadsInMemory(t *testing.T) {
 	if got := summary(b.untilTerminal()); got != tokenTurn(2) {
 		t.Errorf("reject once r3's terminal is out: %s", got)
 	}
+	// What the thread holds, not where: r3's finish may land after r5's, and a hydrate
+	// meanwhile shows r3 still active, its reply last (Transcript.Active: the client drops a
+	// trailing assistant message when it joins the run, and rebuilds it from the replay).
 	got := e.hydrate(t, "/api/chat", "", "threadId", "T").summary()
 	if strings.Contains(got, "u4 user") {
 		t.Errorf("the thread shows the refused message u4: %s", got)
