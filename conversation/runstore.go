@@ -111,7 +111,7 @@ type logReader struct{ *jetstream.Reader }
 
 func (r logReader) Next(ctx context.Context) (Entry, error) {
 	e, err := r.Reader.Next(ctx)
-	return Entry(e), err
+	return Entry(e), storeErr(err)
 }
 
 func infoOf(i jetstream.RunInfo) RunInfo {
@@ -133,6 +133,9 @@ func entriesOf(entries []jetstream.Entry) []Entry {
 // storeErr returns err matching, besides what it matches, the conversation's error it
 // stands for (ErrForbidden, ErrUnknownRun, ErrInvalidOffset); nil for nil.
 func storeErr(err error) error {
+	if err == nil {
+		return nil
+	}
 	for _, m := range [...]struct{ js, own error }{
 		{jetstream.ErrForbidden, ErrForbidden},
 		{jetstream.ErrUnknownRun, ErrUnknownRun},

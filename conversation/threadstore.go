@@ -113,6 +113,9 @@ func (a storeAhead) BusyWith(ctx context.Context, principal, threadID, runID str
 // stands for (ErrUnknownThread, ErrThreadLimit, ErrUnknownMessage, a *BusyError); nil for
 // nil.
 func threadErr(err error) error {
+	if err == nil {
+		return nil
+	}
 	var busy *threadstore.BusyError
 	if errors.As(err, &busy) {
 		return matched{own: &BusyError{ActiveRun: busy.ActiveRun}, err: err}
