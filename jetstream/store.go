@@ -376,11 +376,16 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		return fail(err)
 	}
 	ljs, err := natsjs.New(s.lnc)
-	var live natsjs.KeyValue
-	if err == nil {
-		live, err = ljs.KeyValue(ctx, s.cfg.LeaseBucket)
-	}
 	if err != nil {
+		return fail(fmt.Errorf("liveness connection: %w", err))
+	}
+	// A request on a cluster still settling its routes may go unanswered: retried as the
+	// stream and buckets are.
+	var live natsjs.KeyValue
+	if err := s.Provision(ctx, "the liveness connection's lease bucket", func(ctx context.Context) (err error) {
+		live, err = ljs.KeyValue(ctx, s.cfg.LeaseBucket)
+		return err
+	}); err != nil {
 		return fail(fmt.Errorf("liveness connection: %w", err))
 	}
 	s.leases = lease.New(lease.Config{
@@ -389,7 +394,7 @@ func Open(ctx context.Context, cfg Config) (*Store, error) {
 		Logger: s.log, Health: &s.health, Renewed: cfg.Metrics.LivenessRenewed,
 		Changed: s.leaseChanged, Claimed: s.reapRun, PassDone: s.closedQueued,
 	})
-	if err := s.leases.Renew(ctx); err != nil {
+	if err := s.Provision(ctx, "the liveness key", s.leases.Renew); err != nil {
 		return fail(fmt.Errorf("liveness key: %w", err))
 	}
 	s.health.Answered()
