@@ -460,17 +460,25 @@ func (w *Writer) fail(err error) {
 	}
 }
 
-// idleBatchBytes is the most room for a batch's body a writer keeps while it waits for
-// events: a thousand writers that each once published a large batch (after a NATS stall)
-// would otherwise keep up to MaxBatchBytes each.
-const idleBatchBytes = 32 << 10
+// batchBuf is the room a batch is encoded in (its events, then its body) while it is
+// published. The writers share them (batchBufs): a run's writer lives for one turn, and each
+// growing its own anew cost a seventh of the bytes the gateway allocated in the throughput
+// scenario (BENCHMARKS.md); a writer waiting for events holds none.
+type batchBuf struct {
+	events [][]byte
+	body   []byte
+}
+
+var batchBufs = sync.Pool{New: func() any { return new(batchBuf) }}
+
+// maxPooledBatch is the largest body a batchBuf goes back to batchBufs with: the few batches
+// larger (a backlog published after a stall) are not kept for the common small ones.
+const maxPooledBatch = 64 << 10
 
 // loop is the writer's goroutine: one publish in flight, carrying everything queued while
 // the previous one was in flight. It returns when the writer is closing and the queue is empty.
 func (w *Writer) loop() {
 	defer close(w.done)
-	var events [][]byte
-	var body []byte
 	for {
 		w.mu.Lock()
 		n, size := 0, 0
@@ -493,9 +501,6 @@ func (w *Writer) loop() {
 			if closing {
 				return
 			}
-			if cap(body) > idleBatchBytes || cap(events) > idleBatchBytes/64 {
-				body, events = nil, nil // a waiting writer does not keep a large batch's room
-			}
 			<-w.wake
 			continue
 		}
@@ -514,11 +519,12 @@ func (w *Writer) loop() {
 			}
 			continue
 		}
-		events = events[:0]
+		buf := batchBufs.Get().(*batchBuf)
 		for _, p := range batch {
-			events = append(events, p.event)
+			buf.events = append(buf.events, p.event)
 		}
-		body = encodeBatch(body[:0], events)
+		buf.body = encodeBatch(buf.body[:0], buf.events)
+		body := buf.body
 		// The body copies the batch's events until the publish is answered: it is charged
 		// to the backlogs as well, so that producers wait for it too.
 		w.mu.Lock()
@@ -527,6 +533,10 @@ func (w *Writer) loop() {
 		w.s.backlog.Take(int64(len(body)))
 		cost += int64(len(body))
 		seq, err := w.publish(w.s.ctx, body, "")
+		clear(buf.events) // the pool keeps no event
+		if buf.events = buf.events[:0]; cap(buf.body) <= maxPooledBatch {
+			batchBufs.Put(buf)
+		}
 		w.settled(cost)
 		if err != nil {
 			w.fail(err)
