@@ -404,6 +404,9 @@ func (w *Writer) Append(event []byte, stored func(offset string, err error)) {
 		stored("", fmt.Errorf("append: %w", err))
 		return
 	}
+	if w.queue == nil {
+		w.queue = *pendingQueues.Get().(*[]pending)
+	}
 	w.queue = append(w.queue, pending{event: event, stored: stored})
 	n := int64(len(event) + backlogOverhead)
 	w.backlog += n
@@ -475,6 +478,14 @@ var batchBufs = sync.Pool{New: func() any { return new(batchBuf) }}
 // larger (a backlog published after a stall) are not kept for the common small ones.
 const maxPooledBatch = 64 << 10
 
+// pendingQueues holds the arrays of drained queues, as batchBufs the batches' room: the loop
+// gives back the array of a batch that drained the queue once it is stored, and an append to
+// an empty queue, of any writer, takes one.
+var pendingQueues = sync.Pool{New: func() any { return new([]pending) }}
+
+// maxPooledPending is the largest array a drained queue gives back to pendingQueues.
+const maxPooledPending = 1024
+
 // loop is the writer's goroutine: one publish in flight, carrying everything queued while
 // the previous one was in flight. It returns when the writer is closing and the queue is empty.
 func (w *Writer) loop() {
@@ -490,10 +501,11 @@ func (w *Writer) loop() {
 			size = next
 			n++
 		}
-		batch := w.queue[:n:n]
-		w.queue = w.queue[n:]
-		if len(w.queue) == 0 {
-			w.queue = nil // let the drained array go with the batch
+		batch, drained := w.queue[:n:n], w.queue[:0]
+		if w.queue = w.queue[n:]; len(w.queue) == 0 {
+			w.queue = nil // the drained array goes back to pendingQueues once the batch is stored
+		} else {
+			drained = nil
 		}
 		closing, failed := w.closing, w.err
 		w.mu.Unlock()
@@ -504,50 +516,60 @@ func (w *Writer) loop() {
 			<-w.wake
 			continue
 		}
-		if failed == nil && size > w.s.cfg.MaxBatchBytes {
-			failed = ErrEventTooLarge
-			w.fail(failed)
+		w.store(batch, size, failed)
+		clear(batch) // neither the pool nor the rest of the queue keeps a stored event
+		if c := cap(drained); c > 0 && c <= maxPooledPending {
+			pendingQueues.Put(&drained)
 		}
-		var cost int64
-		for _, p := range batch {
-			cost += int64(len(p.event) + backlogOverhead)
-		}
-		if failed != nil {
-			w.settled(cost)
-			for _, p := range batch {
-				p.stored("", fmt.Errorf("append: %w", failed))
-			}
-			continue
-		}
-		buf := batchBufs.Get().(*batchBuf)
-		for _, p := range batch {
-			buf.events = append(buf.events, p.event)
-		}
-		buf.body = encodeBatch(buf.body[:0], buf.events)
-		body := buf.body
-		// The body copies the batch's events until the publish is answered: it is charged
-		// to the backlogs as well, so that producers wait for it too.
-		w.mu.Lock()
-		w.backlog += int64(len(body))
-		w.mu.Unlock()
-		w.s.backlog.Take(int64(len(body)))
-		cost += int64(len(body))
-		seq, err := w.publish(w.s.ctx, body, "")
-		clear(buf.events) // the pool keeps no event
-		if buf.events = buf.events[:0]; cap(buf.body) <= maxPooledBatch {
-			batchBufs.Put(buf)
-		}
+	}
+}
+
+// store publishes batch, size bytes once encoded, as one message, and reports each event's
+// offset or error to it; with failed set, it fails them all with it.
+func (w *Writer) store(batch []pending, size int, failed error) {
+	if failed == nil && size > w.s.cfg.MaxBatchBytes {
+		failed = ErrEventTooLarge
+		w.fail(failed)
+	}
+	var cost int64
+	for _, p := range batch {
+		cost += int64(len(p.event) + backlogOverhead)
+	}
+	if failed != nil {
 		w.settled(cost)
-		if err != nil {
-			w.fail(err)
-			for _, p := range batch {
-				p.stored("", fmt.Errorf("append: %w", err))
-			}
-			continue
+		for _, p := range batch {
+			p.stored("", fmt.Errorf("append: %w", failed))
 		}
-		for i, p := range batch {
-			p.stored(position{gen: w.info.Generation, seq: seq, idx: i, tag: w.tag}.String(), nil)
+		return
+	}
+	buf := batchBufs.Get().(*batchBuf)
+	for _, p := range batch {
+		buf.events = append(buf.events, p.event)
+	}
+	buf.body = encodeBatch(buf.body[:0], buf.events)
+	body := buf.body
+	// The body copies the batch's events until the publish is answered: it is charged
+	// to the backlogs as well, so that producers wait for it too.
+	w.mu.Lock()
+	w.backlog += int64(len(body))
+	w.mu.Unlock()
+	w.s.backlog.Take(int64(len(body)))
+	cost += int64(len(body))
+	seq, err := w.publish(w.s.ctx, body, "")
+	clear(buf.events) // the pool keeps no event
+	if buf.events = buf.events[:0]; cap(buf.body) <= maxPooledBatch {
+		batchBufs.Put(buf)
+	}
+	w.settled(cost)
+	if err != nil {
+		w.fail(err)
+		for _, p := range batch {
+			p.stored("", fmt.Errorf("append: %w", err))
 		}
+		return
+	}
+	for i, p := range batch {
+		p.stored(position{gen: w.info.Generation, seq: seq, idx: i, tag: w.tag}.String(), nil)
 	}
 }
 
