@@ -156,8 +156,20 @@ func (c *conn) roomLocked(n int) bool {
 	return len(c.queue) < c.srv.cfg.QueueSize && c.queued+n <= c.srv.cfg.QueueBytes && !c.srv.cfg.Budget.Full()
 }
 
+// frameQueues holds the arrays of written batches: the writer gives back the array of each
+// batch it wrote, and a frame queued on an empty queue, on any socket, takes one, where each
+// batch grew its own (a sixth of the bytes the gateway allocated in the throughput scenario,
+// BENCHMARKS.md). An idle socket holds none.
+var frameQueues = sync.Pool{New: func() any { return new([]frame) }}
+
+// maxPooledFrames is the largest array a written batch gives back to frameQueues.
+const maxPooledFrames = 2048
+
 // pushLocked queues f, charged to the memory budget until it is written or dropped.
 func (c *conn) pushLocked(f frame) {
+	if c.queue == nil {
+		c.queue = *frameQueues.Get().(*[]frame)
+	}
 	c.queue = append(c.queue, f)
 	c.queued += len(f.data)
 	c.srv.cfg.Budget.Take(int64(len(f.data)))
@@ -333,6 +345,11 @@ func (c *conn) writeLoop() {
 		c.mu.Unlock()
 		err := c.writeBatch(batch)
 		c.srv.cfg.Budget.Release(size) // held until written
+		if cap(batch) <= maxPooledFrames {
+			clear(batch) // the pool keeps no frame
+			batch = batch[:0]
+			frameQueues.Put(&batch)
+		}
 		if err != nil {
 			c.mu.Lock()
 			c.dropQueueLocked()
