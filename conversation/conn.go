@@ -158,7 +158,7 @@ func (c *conn) roomLocked(n int) bool {
 
 // frameQueues holds the arrays of written batches: the writer gives back the array of each
 // batch it wrote, and a frame queued on an empty queue, on any socket, takes one, where each
-// batch grew its own (a sixth of the bytes the gateway allocated in the throughput scenario,
+// batch grew its own (6 % of the bytes the gateway allocated in the throughput scenario,
 // BENCHMARKS.md). An idle socket holds none.
 var frameQueues = sync.Pool{New: func() any { return new([]frame) }}
 
