@@ -61,9 +61,9 @@ type wireOut struct {
 // parse it again, and a turn converts every message of its window.
 func (w wireOut) appendJSON(b []byte) (raw, content json.RawMessage) {
 	b = append(b, `{"id":`...)
-	b = appendJSONString(b, w.ID)
+	b = AppendJSONString(b, w.ID)
 	b = append(b, `,"role":`...)
-	b = appendJSONString(b, w.Role)
+	b = AppendJSONString(b, w.Role)
 	at, end := 0, 0
 	if len(w.Content) > 0 {
 		b = append(b, `,"content":`...)
@@ -78,20 +78,20 @@ func (w wireOut) appendJSON(b []byte) (raw, content json.RawMessage) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"id":`...)
-			b = appendJSONString(b, c.ID)
+			b = AppendJSONString(b, c.ID)
 			b = append(b, `,"type":`...)
-			b = appendJSONString(b, c.Type)
+			b = AppendJSONString(b, c.Type)
 			b = append(b, `,"function":{"name":`...)
-			b = appendJSONString(b, c.Function.Name)
+			b = AppendJSONString(b, c.Function.Name)
 			b = append(b, `,"arguments":`...)
-			b = appendJSONString(b, c.Function.Arguments)
+			b = AppendJSONString(b, c.Function.Arguments)
 			b = append(b, `}}`...)
 		}
 		b = append(b, ']')
 	}
 	if w.ToolCallID != "" {
 		b = append(b, `,"toolCallId":`...)
-		b = appendJSONString(b, w.ToolCallID)
+		b = AppendJSONString(b, w.ToolCallID)
 	}
 	b = append(b, '}')
 	if end > at {

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-// FuzzJSONString checks that appendJSONString writes what encoding/json writes for every
+// FuzzJSONString checks that AppendJSONString writes what encoding/json writes for every
 // string: its quick path and encoding/json differ in how they may escape, and what a
 // transcript's strings become is compared byte for byte (the agent's messages, TestAgentMessages).
 func FuzzJSONString(f *testing.F) {
@@ -18,8 +18,8 @@ func FuzzJSONString(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := appendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
-			t.Fatalf("appendJSONString(%q) = %s, want %s", s, got[1:], want)
+		if got := AppendJSONString([]byte("x"), s); string(got) != "x"+string(want) {
+			t.Fatalf("AppendJSONString(%q) = %s, want %s", s, got[1:], want)
 		}
 	})
 }
