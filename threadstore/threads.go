@@ -354,7 +354,7 @@ type threadValue struct {
 // ever left out.
 func (s *Store) writeThread(ctx context.Context, key string, t *Thread, prev *threadRead) (*threadRead, error) {
 	limit := int(s.nc.MaxPayload()) - 4096
-	b, err := json.Marshal(threadValue{Thread: *t})
+	b, err := threadValue{Thread: *t}.appendJSON(nil)
 	if err != nil {
 		return nil, err
 	}
@@ -369,7 +369,7 @@ func (s *Store) writeThread(ctx context.Context, key string, t *Thread, prev *th
 		if id := t.ActiveRun(); id != "" {
 			head.Runs = []ThreadRun{*t.run(id)}
 		}
-		if b, err = json.Marshal(head); err != nil {
+		if b, err = head.appendJSON(nil); err != nil {
 			return nil, err
 		}
 	}

@@ -1,0 +1,181 @@
+package threadstore
+
+import (
+	"encoding/json"
+	"strconv"
+	"time"
+
+	"github.com/wsgateway/wsgateway/thread"
+)
+
+// A thread's value is written at every acceptance and finish of its runs. encoding/json
+// spends most of that on reflection over the head (its runs, the sealed records' refs, the
+// times), whose fields are strings, numbers and times only: appendJSON writes those itself,
+// the same bytes as json.Marshal, and hands the transcript and the sealed leading messages,
+// which hold JSON of the agents' and the clients' (metadata, raw parts), to json.Marshal,
+// which checks and compacts it as before. TestThreadValueJSON holds it to json.Marshal's
+// bytes for values with every field set.
+
+// appendJSON appends v's encoding, as json.Marshal writes it.
+func (v threadValue) appendJSON(b []byte) ([]byte, error) {
+	t := &v.Thread
+	b = append(b, `{"principal":`...)
+	b = appendString(b, t.Principal)
+	b = append(b, `,"threadId":`...)
+	b = appendString(b, t.ThreadID)
+	b = append(b, `,"title":`...)
+	b = appendString(b, t.Title)
+	b = append(b, `,"created":`...)
+	b = appendTime(b, t.Created)
+	b = append(b, `,"updated":`...)
+	b = appendTime(b, t.Updated)
+	b = append(b, `,"runs":`...)
+	b = appendSlice(b, t.Runs, ThreadRun.appendJSON)
+	if t.Dropped != 0 {
+		b = append(b, `,"dropped":`...)
+		b = strconv.AppendInt(b, int64(t.Dropped), 10)
+	}
+	tr, err := json.Marshal(t.Transcript)
+	if err != nil {
+		return nil, err
+	}
+	b = append(append(b, `,"transcript":`...), tr...)
+	if t.Sealed != nil {
+		b = append(b, `,"sealed":`...)
+		if b, err = t.Sealed.appendJSON(b); err != nil {
+			return nil, err
+		}
+	}
+	if len(t.Forks) > 0 {
+		b = append(b, `,"forks":`...)
+		b = appendSlice(b, t.Forks, Fork.appendJSON)
+	}
+	if v.Parts != nil {
+		b = append(b, `,"parts":{"id":`...)
+		b = appendString(b, v.Parts.ID)
+		b = append(b, `,"n":`...)
+		b = strconv.AppendInt(b, int64(v.Parts.N), 10)
+		b = append(b, '}')
+	}
+	return append(b, '}'), nil
+}
+
+func (r ThreadRun) appendJSON(b []byte) []byte {
+	b = append(b, `{"runId":`...)
+	b = appendString(b, r.RunID)
+	b = append(b, `,"state":`...)
+	b = appendString(b, r.State)
+	if r.Code != "" {
+		b = append(b, `,"code":`...)
+		b = appendString(b, r.Code)
+	}
+	b = append(b, `,"started":`...)
+	b = appendTime(b, r.Started)
+	if !r.Ended.IsZero() {
+		b = append(b, `,"ended":`...)
+		b = appendTime(b, r.Ended)
+	}
+	if len(r.Added) > 0 {
+		b = append(b, `,"added":`...)
+		b = appendSlice(b, r.Added, appendStringElem)
+	}
+	if len(r.Rollback) > 0 {
+		b = append(b, `,"rollback":`...)
+		b = appendSlice(b, r.Rollback, appendStringElem)
+	}
+	if r.Forked {
+		b = append(b, `,"forked":true`...)
+	}
+	return append(b, '}')
+}
+
+func (s *Sealed) appendJSON(b []byte) ([]byte, error) {
+	b = append(b, `{"count":`...)
+	b = strconv.AppendInt(b, int64(s.Count), 10)
+	if len(s.Recent) > 0 {
+		b = append(b, `,"recent":`...)
+		b = appendSlice(b, s.Recent, RecordRef.appendJSON)
+	}
+	if s.Last != nil {
+		b = append(b, `,"last":`...)
+		b = s.Last.appendJSON(b)
+	}
+	b = append(b, `,"newest":`...)
+	b = appendSlice(b, s.Newest, SealedID.appendJSON)
+	if len(s.Lead) > 0 {
+		lead, err := json.Marshal(s.Lead)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, `,"lead":`...), lead...)
+	}
+	b = append(b, `,"oldest":`...)
+	b = appendTime(b, s.Oldest)
+	return append(b, '}'), nil
+}
+
+func (r RecordRef) appendJSON(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, r.ID)
+	for _, f := range [...]struct {
+		key string
+		n   int
+	}{{`,"n":`, r.N}, {`,"from":`, r.From}, {`,"count":`, r.Count}, {`,"bytes":`, r.Bytes}} {
+		b = strconv.AppendInt(append(b, f.key...), int64(f.n), 10)
+	}
+	return append(b, '}')
+}
+
+func (id SealedID) appendJSON(b []byte) []byte {
+	b = append(b, `{"id":`...)
+	b = appendString(b, id.ID)
+	b = append(b, `,"role":`...)
+	b = appendString(b, id.Role)
+	return append(b, '}')
+}
+
+func (f Fork) appendJSON(b []byte) []byte {
+	b = append(b, `{"after":`...)
+	b = appendString(b, f.After)
+	b = append(b, `,"children":`...)
+	b = appendSlice(b, f.Children, Child.appendJSON)
+	return append(b, '}')
+}
+
+func (c Child) appendJSON(b []byte) []byte {
+	b = append(b, `{"first":`...)
+	b = appendString(b, c.First)
+	if c.Ref != nil {
+		b = append(b, `,"ref":`...)
+		b = c.Ref.appendJSON(b)
+	}
+	return append(b, '}')
+}
+
+// appendSlice appends s as a JSON array, null when nil, each element by appendElem.
+func appendSlice[E any](b []byte, s []E, appendElem func(E, []byte) []byte) []byte {
+	if s == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, e := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendElem(e, b)
+	}
+	return append(b, ']')
+}
+
+// appendString appends s as encoding/json encodes a string.
+func appendString(b []byte, s string) []byte { return thread.AppendJSONString(b, s) }
+
+// appendStringElem is appendString for appendSlice.
+func appendStringElem(s string, b []byte) []byte { return thread.AppendJSONString(b, s) }
+
+// appendTime appends t as time.Time's MarshalJSON writes it (RFC 3339 with nanoseconds).
+func appendTime(b []byte, t time.Time) []byte {
+	b = append(b, '"')
+	b = t.AppendFormat(b, time.RFC3339Nano)
+	return append(b, '"')
+}
