@@ -415,9 +415,9 @@ func (s *Store) readRecords(ctx context.Context, key string, refs []RecordRef) (
 	errs := make([]error, len(refs))
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, readers)
+	s.records.getRecords(refs, recs)
 	for i, r := range refs {
-		if rec, ok := s.records.get(r.ID).(*threadRecord); ok {
-			recs[i] = rec
+		if recs[i] != nil {
 			continue
 		}
 		sem <- struct{}{}
@@ -767,11 +767,18 @@ func (s *Store) sealedAgentMessages(ctx context.Context, t *Thread, budget int) 
 		from = refs[0].From
 	}
 	out := thread.AgentMessages(t.Sealed.Lead[:min(len(t.Sealed.Lead), from)])
+	converted := make([][]protocol.Message, len(recs))
+	n := len(out)
 	for i, rec := range recs {
-		msgs, converted := rec.agentMessages()
-		s.records.grow(refs[i].ID, converted)
-		out = append(out, msgs...)
+		msgs, size := rec.agentMessages()
+		s.records.grow(refs[i].ID, size)
+		converted[i] = msgs
+		n += len(msgs)
 		held += len(rec.Messages)
+	}
+	out = slices.Grow(out, n-len(out))
+	for _, msgs := range converted {
+		out = append(out, msgs...)
 	}
 	if held != t.Sealed.Count-from {
 		return nil, fmt.Errorf("thread: records hold %d of the messages %d to %d", held, from, t.Sealed.Count)
@@ -953,6 +960,26 @@ func (c *recordCache) get(id string) any {
 	cr.at = time.Now()
 	c.order.MoveToFront(e)
 	return cr.v
+}
+
+// getRecords sets recs[i] to the record refs[i] names where the cache holds it, under one
+// lock: an agent's context reads every record of its window, every turn.
+func (c *recordCache) getRecords(refs []RecordRef, recs []*threadRecord) {
+	now := time.Now()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, r := range refs {
+		e, ok := c.by[r.ID]
+		if !ok {
+			continue
+		}
+		cr := e.Value.(*cachedRecord)
+		if rec, ok := cr.v.(*threadRecord); ok {
+			cr.at = now
+			c.order.MoveToFront(e)
+			recs[i] = rec
+		}
+	}
 }
 
 // grow adds n bytes to the size of id's entry, if it is kept: what was computed from it
