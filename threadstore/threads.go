@@ -218,8 +218,34 @@ func title(tr *thread.Transcript) string {
 // length-delimited principal and threadId, so that a principal's threads share a prefix
 // (Threads lists them) and no key reveals a principal or a threadId.
 func threadKey(principal, threadID string) string {
-	return principalPrefix(principal) + "." + jetstream.PairKey("thread", principal, threadID)
+	k := [2]string{principal, threadID}
+	threadKeys.Lock()
+	key, ok := threadKeys.m[k]
+	threadKeys.Unlock()
+	if ok {
+		return key
+	}
+	key = principalPrefix(principal) + "." + jetstream.PairKey("thread", principal, threadID)
+	threadKeys.Lock()
+	if len(threadKeys.m) >= threadKeysKept {
+		clear(threadKeys.m) // the threads in use are named again at their next turn
+	}
+	// Copies: a caller's strings may be slices of a larger input the map would keep.
+	threadKeys.m[[2]string{strings.Clone(principal), strings.Clone(threadID)}] = key
+	threadKeys.Unlock()
+	return key
 }
+
+// threadKeys keeps the keys of the threads named last: a turn names its thread's key a dozen
+// times (its acceptance, its agent's context, its finish, their reads and writes), each two
+// SHA-256 sums.
+var threadKeys = struct {
+	sync.Mutex
+	m map[[2]string]string
+}{m: map[[2]string]string{}}
+
+// threadKeysKept bounds threadKeys.
+const threadKeysKept = 1024
 
 func principalPrefix(principal string) string {
 	h := sha256.Sum256([]byte("principal\x00" + principal))
