@@ -96,7 +96,7 @@ func (s *Store) takeOver(ctx context.Context, key string, e natsjs.KeyValueEntry
 	}
 	info.Owner = s.cfg.Owner
 	info.Takeovers++
-	metaRev, err := s.meta.Update(ctx, key, mustJSON(info), e.Revision())
+	metaRev, err := s.meta.Update(ctx, key, info.appendJSON(nil), e.Revision())
 	if err != nil {
 		return giveBack(fmt.Errorf("takeover: metadata: %w", err))
 	}

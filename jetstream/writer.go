@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/wsgateway/wsgateway/internal/bucket"
+	"github.com/wsgateway/wsgateway/internal/jsonenc"
 	"github.com/wsgateway/wsgateway/internal/tracing"
 )
 
@@ -194,7 +195,7 @@ func (s *Store) createNew(ctx context.Context, key string, info RunInfo, sh *sha
 			cancel()
 			return
 		}
-		if w.metaRev, metaErr = s.meta.Create(ctx, key, mustJSON(info)); metaErr != nil {
+		if w.metaRev, metaErr = s.meta.Create(ctx, key, info.appendJSON(nil)); metaErr != nil {
 			cancel()
 		}
 	}()
@@ -275,9 +276,9 @@ func (s *Store) claimRun(ctx context.Context, key string, info *RunInfo, first i
 		info.Created = time.Now().UTC()
 		var metaRev uint64
 		if e == nil {
-			metaRev, err = s.meta.Create(ctx, key, mustJSON(*info))
+			metaRev, err = s.meta.Create(ctx, key, info.appendJSON(nil))
 		} else {
-			metaRev, err = s.meta.Update(ctx, key, mustJSON(*info), e.Revision())
+			metaRev, err = s.meta.Update(ctx, key, info.appendJSON(nil), e.Revision())
 		}
 		if bucket.IsWrongLastSeq(err) || errors.Is(err, natsjs.ErrKeyExists) {
 			if e == nil {
@@ -755,7 +756,7 @@ func (w *Writer) finish(ctx context.Context) error {
 func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev, leaseRev uint64) error {
 	var err error
 	if metaRev != 0 {
-		_, err = s.meta.Update(ctx, key, mustJSON(info), metaRev)
+		_, err = s.meta.Update(ctx, key, info.appendJSON(nil), metaRev)
 	}
 	if metaRev == 0 || bucket.IsWrongLastSeq(err) {
 		var e natsjs.KeyValueEntry
@@ -763,7 +764,7 @@ func (s *Store) closeRun(ctx context.Context, key string, info RunInfo, metaRev,
 		if err == nil {
 			var cur RunInfo
 			if json.Unmarshal(e.Value(), &cur) == nil && cur.Generation == info.Generation {
-				_, err = s.meta.Update(ctx, key, mustJSON(info), e.Revision())
+				_, err = s.meta.Update(ctx, key, info.appendJSON(nil), e.Revision())
 			}
 		}
 	}
@@ -809,6 +810,52 @@ func (s *Store) forget(w *Writer) {
 	if !released {
 		s.leases.Release(w.key, w.leaseRev)
 	}
+}
+
+// appendJSON appends info's encoding, the same bytes as json.Marshal (TestRunInfoJSON): a
+// run's metadata is written at its creation and at its close.
+func (info RunInfo) appendJSON(b []byte) []byte {
+	b = append(b, `{"principal":`...)
+	b = jsonenc.String(b, info.Principal)
+	b = append(b, `,"runId":`...)
+	b = jsonenc.String(b, info.RunID)
+	b = append(b, `,"threadId":`...)
+	b = jsonenc.String(b, info.ThreadID)
+	b = append(b, `,"owner":`...)
+	b = jsonenc.String(b, info.Owner)
+	b = append(b, `,"state":`...)
+	b = jsonenc.String(b, string(info.State))
+	b = append(b, `,"generation":`...)
+	b = strconv.AppendUint(b, info.Generation, 10)
+	if info.Stream != 0 {
+		b = append(b, `,"stream":`...)
+		b = strconv.AppendInt(b, int64(info.Stream), 10)
+	}
+	b = append(b, `,"created":`...)
+	b = jsonenc.Time(b, info.Created)
+	if !info.Closed.IsZero() {
+		b = append(b, `,"closed":`...)
+		b = jsonenc.Time(b, info.Closed)
+	}
+	if info.Reaped {
+		b = append(b, `,"reaped":true`...)
+	}
+	if info.Replay {
+		b = append(b, `,"replay":true`...)
+	}
+	if info.Takeovers != 0 {
+		b = append(b, `,"takeovers":`...)
+		b = strconv.AppendInt(b, int64(info.Takeovers), 10)
+	}
+	if info.TraceParent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = jsonenc.String(b, info.TraceParent)
+	}
+	if info.TraceState != "" {
+		b = append(b, `,"tracestate":`...)
+		b = jsonenc.String(b, info.TraceState)
+	}
+	return append(b, '}')
 }
 
 func mustJSON(v any) []byte {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/wsgateway/wsgateway/internal/jsonenc"
 	"github.com/wsgateway/wsgateway/protocol"
 )
 
@@ -61,9 +62,9 @@ type wireOut struct {
 // parse it again, and a turn converts every message of its window.
 func (w wireOut) appendJSON(b []byte) (raw, content json.RawMessage) {
 	b = append(b, `{"id":`...)
-	b = AppendJSONString(b, w.ID)
+	b = jsonenc.String(b, w.ID)
 	b = append(b, `,"role":`...)
-	b = AppendJSONString(b, w.Role)
+	b = jsonenc.String(b, w.Role)
 	at, end := 0, 0
 	if len(w.Content) > 0 {
 		b = append(b, `,"content":`...)
@@ -78,20 +79,20 @@ func (w wireOut) appendJSON(b []byte) (raw, content json.RawMessage) {
 				b = append(b, ',')
 			}
 			b = append(b, `{"id":`...)
-			b = AppendJSONString(b, c.ID)
+			b = jsonenc.String(b, c.ID)
 			b = append(b, `,"type":`...)
-			b = AppendJSONString(b, c.Type)
+			b = jsonenc.String(b, c.Type)
 			b = append(b, `,"function":{"name":`...)
-			b = AppendJSONString(b, c.Function.Name)
+			b = jsonenc.String(b, c.Function.Name)
 			b = append(b, `,"arguments":`...)
-			b = AppendJSONString(b, c.Function.Arguments)
+			b = jsonenc.String(b, c.Function.Arguments)
 			b = append(b, `}}`...)
 		}
 		b = append(b, ']')
 	}
 	if w.ToolCallID != "" {
 		b = append(b, `,"toolCallId":`...)
-		b = AppendJSONString(b, w.ToolCallID)
+		b = jsonenc.String(b, w.ToolCallID)
 	}
 	b = append(b, '}')
 	if end > at {

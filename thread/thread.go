@@ -3,11 +3,12 @@ package thread
 import (
 	"bytes"
 	"encoding/json"
-	"encoding/json/jsontext"
 	"fmt"
 	"reflect"
 	"regexp"
 	"slices"
+
+	"github.com/wsgateway/wsgateway/internal/jsonenc"
 )
 
 // Message is a UIMessage of @tanstack/ai-client.
@@ -29,9 +30,9 @@ func (m Message) MarshalJSON() ([]byte, error) { return m.appendJSON(nil) }
 // the json.Marshal that encodes the value holding it.
 func (m Message) appendJSON(b []byte) ([]byte, error) {
 	b = append(b, `{"id":`...)
-	b = AppendJSONString(b, m.ID)
+	b = jsonenc.String(b, m.ID)
 	b = append(b, `,"role":`...)
-	b = AppendJSONString(b, m.Role)
+	b = jsonenc.String(b, m.Role)
 	b = append(b, `,"parts":[`...)
 	for i, p := range m.Parts {
 		if i > 0 {
@@ -46,7 +47,7 @@ func (m Message) appendJSON(b []byte) ([]byte, error) {
 	b = append(b, ']')
 	if m.CreatedAt != "" {
 		b = append(b, `,"createdAt":`...)
-		b = AppendJSONString(b, m.CreatedAt)
+		b = jsonenc.String(b, m.CreatedAt)
 	}
 	if len(m.Metadata) > 0 {
 		b = append(b, `,"metadata":`...)
@@ -54,59 +55,6 @@ func (m Message) appendJSON(b []byte) ([]byte, error) {
 	}
 	return append(b, '}'), nil
 }
-
-// AppendJSONString appends s as encoding/json encodes a string. jsontext's minimal form is
-// the same (since Go 1.22 encoding/json writes \b and \f short too, and both replace invalid
-// UTF-8) but for the characters encoding/json escapes besides: <, > and & (for HTML), U+2028
-// and U+2029 (for JavaScript). A string holding one goes through encoding/json; the others,
-// nearly all, are quoted by jsontext at a third of its cost, and a string of printable ASCII
-// with nothing to escape (ids, roles, most short texts) is copied between quotes.
-func AppendJSONString(b []byte, s string) []byte {
-	plain := true
-	for i := 0; i < len(s); i++ {
-		switch jsonByte[s[i]] {
-		case jsonEscaped:
-			plain = false
-		case jsonHTML:
-			return append(b, mustJSON(s)...)
-		case jsonLead: // U+2028 and U+2029 are E2 80 A8 and E2 80 A9
-			if i+2 < len(s) && s[i+1] == 0x80 && (s[i+2] == 0xA8 || s[i+2] == 0xA9) {
-				return append(b, mustJSON(s)...)
-			}
-			plain = false
-		}
-	}
-	if plain {
-		b = append(b, '"')
-		b = append(b, s...)
-		return append(b, '"')
-	}
-	b, _ = jsontext.AppendQuote(b, s)
-	return b
-}
-
-// What AppendJSONString makes of a byte of a string: copied (0), escaped or part of a
-// multibyte character (jsonEscaped), escaped by encoding/json only (jsonHTML), or the first
-// byte of U+2028 or U+2029 (jsonLead).
-const (
-	jsonEscaped = 1 + iota
-	jsonHTML
-	jsonLead
-)
-
-var jsonByte = func() (t [256]uint8) {
-	for c := range 256 {
-		switch {
-		case c == '<' || c == '>' || c == '&':
-			t[c] = jsonHTML
-		case c == 0xE2:
-			t[c] = jsonLead
-		case c < 0x20 || c == '"' || c == '\\' || c >= 0x80:
-			t[c] = jsonEscaped
-		}
-	}
-	return t
-}()
 
 // Part is one part of a message, as @tanstack/ai-client shows it. Type is "text",
 // "thinking", "tool-call" or "tool-result" and only the fields of that type are used;
@@ -162,7 +110,7 @@ type wirePart struct {
 func (p Part) MarshalJSON() ([]byte, error) {
 	if p.Raw == nil && p.Type == "text" { // most parts: what json.Marshal of its wirePart writes
 		b := append(make([]byte, 0, len(p.Content)+32), `{"type":"text","content":`...)
-		return append(AppendJSONString(b, p.text()), '}'), nil
+		return append(jsonenc.String(b, p.text()), '}'), nil
 	}
 	w := wirePart{Type: p.Type}
 	switch p.Type {

@@ -3,9 +3,8 @@ package threadstore
 import (
 	"encoding/json"
 	"strconv"
-	"time"
 
-	"github.com/wsgateway/wsgateway/thread"
+	"github.com/wsgateway/wsgateway/internal/jsonenc"
 )
 
 // A thread's value is written at every acceptance and finish of its runs. encoding/json
@@ -20,15 +19,15 @@ import (
 func (v threadValue) appendJSON(b []byte) ([]byte, error) {
 	t := &v.Thread
 	b = append(b, `{"principal":`...)
-	b = appendString(b, t.Principal)
+	b = jsonenc.String(b, t.Principal)
 	b = append(b, `,"threadId":`...)
-	b = appendString(b, t.ThreadID)
+	b = jsonenc.String(b, t.ThreadID)
 	b = append(b, `,"title":`...)
-	b = appendString(b, t.Title)
+	b = jsonenc.String(b, t.Title)
 	b = append(b, `,"created":`...)
-	b = appendTime(b, t.Created)
+	b = jsonenc.Time(b, t.Created)
 	b = append(b, `,"updated":`...)
-	b = appendTime(b, t.Updated)
+	b = jsonenc.Time(b, t.Updated)
 	b = append(b, `,"runs":`...)
 	b = appendSlice(b, t.Runs, ThreadRun.appendJSON)
 	if t.Dropped != 0 {
@@ -52,7 +51,7 @@ func (v threadValue) appendJSON(b []byte) ([]byte, error) {
 	}
 	if v.Parts != nil {
 		b = append(b, `,"parts":{"id":`...)
-		b = appendString(b, v.Parts.ID)
+		b = jsonenc.String(b, v.Parts.ID)
 		b = append(b, `,"n":`...)
 		b = strconv.AppendInt(b, int64(v.Parts.N), 10)
 		b = append(b, '}')
@@ -62,18 +61,18 @@ func (v threadValue) appendJSON(b []byte) ([]byte, error) {
 
 func (r ThreadRun) appendJSON(b []byte) []byte {
 	b = append(b, `{"runId":`...)
-	b = appendString(b, r.RunID)
+	b = jsonenc.String(b, r.RunID)
 	b = append(b, `,"state":`...)
-	b = appendString(b, r.State)
+	b = jsonenc.String(b, r.State)
 	if r.Code != "" {
 		b = append(b, `,"code":`...)
-		b = appendString(b, r.Code)
+		b = jsonenc.String(b, r.Code)
 	}
 	b = append(b, `,"started":`...)
-	b = appendTime(b, r.Started)
+	b = jsonenc.Time(b, r.Started)
 	if !r.Ended.IsZero() {
 		b = append(b, `,"ended":`...)
-		b = appendTime(b, r.Ended)
+		b = jsonenc.Time(b, r.Ended)
 	}
 	if len(r.Added) > 0 {
 		b = append(b, `,"added":`...)
@@ -110,13 +109,13 @@ func (s *Sealed) appendJSON(b []byte) ([]byte, error) {
 		b = append(append(b, `,"lead":`...), lead...)
 	}
 	b = append(b, `,"oldest":`...)
-	b = appendTime(b, s.Oldest)
+	b = jsonenc.Time(b, s.Oldest)
 	return append(b, '}'), nil
 }
 
 func (r RecordRef) appendJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, r.ID)
+	b = jsonenc.String(b, r.ID)
 	for _, f := range [...]struct {
 		key string
 		n   int
@@ -128,15 +127,15 @@ func (r RecordRef) appendJSON(b []byte) []byte {
 
 func (id SealedID) appendJSON(b []byte) []byte {
 	b = append(b, `{"id":`...)
-	b = appendString(b, id.ID)
+	b = jsonenc.String(b, id.ID)
 	b = append(b, `,"role":`...)
-	b = appendString(b, id.Role)
+	b = jsonenc.String(b, id.Role)
 	return append(b, '}')
 }
 
 func (f Fork) appendJSON(b []byte) []byte {
 	b = append(b, `{"after":`...)
-	b = appendString(b, f.After)
+	b = jsonenc.String(b, f.After)
 	b = append(b, `,"children":`...)
 	b = appendSlice(b, f.Children, Child.appendJSON)
 	return append(b, '}')
@@ -144,7 +143,7 @@ func (f Fork) appendJSON(b []byte) []byte {
 
 func (c Child) appendJSON(b []byte) []byte {
 	b = append(b, `{"first":`...)
-	b = appendString(b, c.First)
+	b = jsonenc.String(b, c.First)
 	if c.Ref != nil {
 		b = append(b, `,"ref":`...)
 		b = c.Ref.appendJSON(b)
@@ -167,15 +166,5 @@ func appendSlice[E any](b []byte, s []E, appendElem func(E, []byte) []byte) []by
 	return append(b, ']')
 }
 
-// appendString appends s as encoding/json encodes a string.
-func appendString(b []byte, s string) []byte { return thread.AppendJSONString(b, s) }
-
-// appendStringElem is appendString for appendSlice.
-func appendStringElem(s string, b []byte) []byte { return thread.AppendJSONString(b, s) }
-
-// appendTime appends t as time.Time's MarshalJSON writes it (RFC 3339 with nanoseconds).
-func appendTime(b []byte, t time.Time) []byte {
-	b = append(b, '"')
-	b = t.AppendFormat(b, time.RFC3339Nano)
-	return append(b, '"')
-}
+// appendStringElem is jsonenc.String for appendSlice.
+func appendStringElem(s string, b []byte) []byte { return jsonenc.String(b, s) }
