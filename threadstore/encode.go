@@ -29,7 +29,7 @@ func (v threadValue) appendJSON(b []byte) ([]byte, error) {
 	b = append(b, `,"updated":`...)
 	b = jsonenc.Time(b, t.Updated)
 	b = append(b, `,"runs":`...)
-	b = appendSlice(b, t.Runs, ThreadRun.appendJSON)
+	b = jsonenc.Slice(b, t.Runs, ThreadRun.appendJSON)
 	if t.Dropped != 0 {
 		b = append(b, `,"dropped":`...)
 		b = strconv.AppendInt(b, int64(t.Dropped), 10)
@@ -47,7 +47,7 @@ func (v threadValue) appendJSON(b []byte) ([]byte, error) {
 	}
 	if len(t.Forks) > 0 {
 		b = append(b, `,"forks":`...)
-		b = appendSlice(b, t.Forks, Fork.appendJSON)
+		b = jsonenc.Slice(b, t.Forks, Fork.appendJSON)
 	}
 	if v.Parts != nil {
 		b = append(b, `,"parts":{"id":`...)
@@ -76,11 +76,11 @@ func (r ThreadRun) appendJSON(b []byte) []byte {
 	}
 	if len(r.Added) > 0 {
 		b = append(b, `,"added":`...)
-		b = appendSlice(b, r.Added, appendStringElem)
+		b = jsonenc.Slice(b, r.Added, appendStringElem)
 	}
 	if len(r.Rollback) > 0 {
 		b = append(b, `,"rollback":`...)
-		b = appendSlice(b, r.Rollback, appendStringElem)
+		b = jsonenc.Slice(b, r.Rollback, appendStringElem)
 	}
 	if r.Forked {
 		b = append(b, `,"forked":true`...)
@@ -93,14 +93,14 @@ func (s *Sealed) appendJSON(b []byte) ([]byte, error) {
 	b = strconv.AppendInt(b, int64(s.Count), 10)
 	if len(s.Recent) > 0 {
 		b = append(b, `,"recent":`...)
-		b = appendSlice(b, s.Recent, RecordRef.appendJSON)
+		b = jsonenc.Slice(b, s.Recent, RecordRef.appendJSON)
 	}
 	if s.Last != nil {
 		b = append(b, `,"last":`...)
 		b = s.Last.appendJSON(b)
 	}
 	b = append(b, `,"newest":`...)
-	b = appendSlice(b, s.Newest, SealedID.appendJSON)
+	b = jsonenc.Slice(b, s.Newest, SealedID.appendJSON)
 	if len(s.Lead) > 0 {
 		lead, err := json.Marshal(s.Lead)
 		if err != nil {
@@ -137,7 +137,7 @@ func (f Fork) appendJSON(b []byte) []byte {
 	b = append(b, `{"after":`...)
 	b = jsonenc.String(b, f.After)
 	b = append(b, `,"children":`...)
-	b = appendSlice(b, f.Children, Child.appendJSON)
+	b = jsonenc.Slice(b, f.Children, Child.appendJSON)
 	return append(b, '}')
 }
 
@@ -151,20 +151,5 @@ func (c Child) appendJSON(b []byte) []byte {
 	return append(b, '}')
 }
 
-// appendSlice appends s as a JSON array, null when nil, each element by appendElem.
-func appendSlice[E any](b []byte, s []E, appendElem func(E, []byte) []byte) []byte {
-	if s == nil {
-		return append(b, "null"...)
-	}
-	b = append(b, '[')
-	for i, e := range s {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = appendElem(e, b)
-	}
-	return append(b, ']')
-}
-
-// appendStringElem is jsonenc.String for appendSlice.
+// appendStringElem is jsonenc.String for jsonenc.Slice.
 func appendStringElem(s string, b []byte) []byte { return jsonenc.String(b, s) }

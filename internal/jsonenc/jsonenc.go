@@ -76,3 +76,19 @@ func Time(b []byte, t time.Time) []byte {
 	b = t.AppendFormat(b, time.RFC3339Nano)
 	return append(b, '"')
 }
+
+// Slice appends s as a JSON array, null when nil (as encoding/json writes a nil slice), each
+// element by elem.
+func Slice[E any](b []byte, s []E, elem func(E, []byte) []byte) []byte {
+	if s == nil {
+		return append(b, "null"...)
+	}
+	b = append(b, '[')
+	for i, e := range s {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = elem(e, b)
+	}
+	return append(b, ']')
+}
