@@ -70,7 +70,8 @@ var class = func() (t [256]uint8) {
 	return t
 }()
 
-// Time appends t as its MarshalJSON writes it: RFC 3339 with nanoseconds, quoted.
+// Time appends t as its MarshalJSON writes it: RFC 3339 with nanoseconds, quoted (MarshalJSON
+// refuses a year outside 0 to 9999, which no time the gateway writes has).
 func Time(b []byte, t time.Time) []byte {
 	b = append(b, '"')
 	b = t.AppendFormat(b, time.RFC3339Nano)
