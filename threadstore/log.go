@@ -952,12 +952,17 @@ func (c *recordCache) add(id string, v any, size int) {
 func (c *recordCache) get(id string) any {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	return c.useLocked(id, time.Now())
+}
+
+// useLocked returns id's entry (nil when not kept), marked used at now.
+func (c *recordCache) useLocked(id string, now time.Time) any {
 	e, ok := c.by[id]
 	if !ok {
 		return nil
 	}
 	cr := e.Value.(*cachedRecord)
-	cr.at = time.Now()
+	cr.at = now
 	c.order.MoveToFront(e)
 	return cr.v
 }
@@ -969,16 +974,7 @@ func (c *recordCache) getRecords(refs []RecordRef, recs []*threadRecord) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, r := range refs {
-		e, ok := c.by[r.ID]
-		if !ok {
-			continue
-		}
-		cr := e.Value.(*cachedRecord)
-		if rec, ok := cr.v.(*threadRecord); ok {
-			cr.at = now
-			c.order.MoveToFront(e)
-			recs[i] = rec
-		}
+		recs[i], _ = c.useLocked(r.ID, now).(*threadRecord)
 	}
 }
 
