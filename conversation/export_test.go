@@ -19,3 +19,6 @@ func (s *Server) AbortRequested(principal, runID string) bool {
 	sl := s.turns.slots[runKey{principal, runID}]
 	return sl != nil && sl.aborted
 }
+
+// ParkedReaders returns how many sockets' readers are parked in the poller (poller_linux.go).
+var ParkedReaders = parkedReaders

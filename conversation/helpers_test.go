@@ -31,7 +31,10 @@ import (
 	"github.com/wsgateway/wsgateway/usage"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The idle sockets' poller lives as long as the process (poller_linux.go).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/wsgateway/wsgateway/conversation.(*poller).run"))
+}
 
 // script is what the test agent does, read from forwardedProps.test of the run frame.
 type script struct {

@@ -9,33 +9,36 @@ import (
 	"github.com/coder/websocket"
 )
 
-// An idle socket's reader waits for input with a stack of 2 KiB, the size a goroutine
-// starts with.
+// An idle socket's reader is no goroutine on Linux, and elsewhere on Unix a goroutine with
+// a stack of 2 KiB, the size a goroutine starts with.
 //
 // Inside coder/websocket's read path, the wait for the next frame is about 2 KiB deep, which
 // makes the stack 4 KiB. Instead, when the socket's read buffer is empty at a message
-// boundary, the reader waits in awaitInput until the connection has input (an end of file,
-// an error or a close count too), with about 700 bytes of stack in use. Reading a frame
-// still grows the stack to 4 KiB, and the garbage collector would not shrink it back: it
-// halves a stack only when the bytes in use plus an 800-byte guard are less than a quarter
-// of it. So a conversation socket's reader reads each frame on a goroutine of its own, which
-// hands the reading on to a new goroutine (serveConversation) and returns with its grown
-// stack. A resume socket's reader (whose inbound frames are ignored) stays on its goroutine.
+// boundary, the reader waits outside coder/websocket until the connection has input (an end
+// of file, an error or a close count too): on Linux it parks in the poller (park,
+// poller_linux.go) and its goroutine returns; elsewhere it waits in awaitInput, with about
+// 700 bytes of stack in use. Reading a frame still grows the stack to 4 KiB, and the garbage
+// collector would not shrink it back: it halves a stack only when the bytes in use plus an
+// 800-byte guard are less than a quarter of it. So a conversation socket's reader reads each
+// frame on a goroutine of its own, which hands the reading on (readNext: to the poller, or
+// to a new goroutine) and returns with its grown stack. A resume socket's reader (whose
+// inbound frames are ignored) stays on its goroutine.
 //
 // There are two message boundaries where the reader waits:
-//   - before it asks coder/websocket for a message (conn.next);
+//   - before it asks coder/websocket for a message (conn.next, and park before it);
 //   - after a control frame read while it waits for a message's first frame (the pong of a
 //     heartbeat ping, or a client's ping): coder/websocket handles it and would wait for
 //     the next frame where it stands. If the read buffer is empty, parkAfterControl arms the
 //     batchConn so that its next read, of the first byte of the next frame header, returns
 //     errParked instead of waiting. coder/websocket (v1.8.15) returns that error from Reader
-//     without closing the socket, and no byte of a frame was consumed; the reader waits in
-//     awaitInput before it asks again. TestControlFrames fails if a version of
+//     without closing the socket, and no byte of a frame was consumed; the reader parks, or
+//     waits in awaitInput, before it asks again. TestControlFrames fails if a version of
 //     coder/websocket closes the socket there.
 //
-// The reader waits in awaitInput only where waitable allows it (a plain TCP or Unix socket
-// on Unix, whose input is all in the kernel, in the read buffer, or in what net/http read
-// before the hijack). Elsewhere it waits inside coder/websocket, on one goroutine.
+// The reader waits outside coder/websocket only where waitable allows it (a plain TCP or
+// Unix socket on Unix, whose input is all in the kernel, in the read buffer, or in what
+// net/http read before the hijack). Elsewhere it waits inside coder/websocket, on one
+// goroutine.
 
 // The technique relies on behaviour of coder/websocket that its API does not promise (the
 // errParked read above, and the context of reads reaching the control frame callbacks):
@@ -50,6 +53,8 @@ type parking struct {
 	early  []byte        // read by net/http before the hijack: reads return it first
 	header bool          // the reader waits for a message's first frame
 	park   bool          // the next read from the connection returns errParked
+	parkID uint32        // the id of the socket's last arming in the poller (under its mu)
+	armed  bool          // the connection is in the poller's epoll instance (under its mu)
 }
 
 // drained reports whether the socket's input is all in the kernel: nothing in its read
@@ -104,6 +109,41 @@ func (c *batchConn) Read(p []byte) (int, error) {
 	return c.Conn.Read(p)
 }
 
+// Close closes the connection, and starts the socket's reader if it is parked in the
+// poller: its read reports the close.
+func (c *batchConn) Close() error {
+	err := c.Conn.Close()
+	c.unpark()
+	return err
+}
+
+// readNext hands the reading of the socket on, after a frame or a control frame: to the
+// poller when the socket is idle (park), else to a new goroutine, whose stack has not grown
+// (serveConversation).
+func (c *conn) readNext() {
+	if !c.park() {
+		go c.serveConversation()
+	}
+}
+
+// park parks the socket's reader in the poller (poller_linux.go) if the socket is idle: its
+// read buffer empty, no close handshake under way (gone, which reads the buffer). It reports
+// whether it did; if it did, the caller returns, and the poller starts the next reader.
+func (c *conn) park() bool {
+	b := c.out
+	if b.in == nil {
+		return false
+	}
+	p := idlePoller()
+	if p == nil {
+		return false
+	}
+	c.mu.Lock()
+	idle := !c.gone && b.drained()
+	c.mu.Unlock()
+	return idle && p.park(c)
+}
+
 // next returns the socket's next message, waiting for it in awaitInput when the socket is
 // idle; errParked when a control frame was read meanwhile.
 func (c *conn) next() (websocket.MessageType, io.Reader, error) {
@@ -116,7 +156,7 @@ func (c *conn) next() (websocket.MessageType, io.Reader, error) {
 }
 
 // awaitInput waits until the connection has input when the read buffer is empty; it returns
-// at once for a socket whose reader does not park. The writer's close handshake reads the
+// at once for a socket whose reader does not park, and for one the poller woke (it has). The writer's close handshake reads the
 // buffer too, after it set gone under mu (writeLoop), so the buffer is looked at under mu,
 // and only before that.
 func (c *conn) awaitInput() {

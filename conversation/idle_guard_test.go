@@ -3,11 +3,14 @@
 package conversation_test
 
 import (
+	"errors"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/wsgateway/wsgateway/conversation"
 	"github.com/wsgateway/wsgateway/heartbeat"
 )
 
@@ -29,9 +32,10 @@ func TestIdleReaderParks(t *testing.T) {
 	}
 }
 
-// readerStacks counts the goroutines that wait in the conversation reader's awaitInput and
-// those that wait for a frame inside coder/websocket's reader.
+// readerStacks counts the readers parked, in the poller or on a goroutine that waits in
+// awaitInput, and the goroutines that wait for a frame inside coder/websocket's reader.
 func readerStacks() (parked, inside int) {
+	parked = conversation.ParkedReaders()
 	buf := make([]byte, 1<<20)
 	buf = buf[:runtime.Stack(buf, true)]
 	for _, g := range strings.Split(string(buf), "\n\n") {
@@ -59,8 +63,7 @@ func TestPipelinedReaderParks(t *testing.T) {
 	waitParked(t, "after a pipelined run frame and a ping")
 }
 
-// waitParked waits until the one socket's reader waits in awaitInput, not inside
-// coder/websocket.
+// waitParked waits until the one socket's reader is parked, not inside coder/websocket.
 func waitParked(t *testing.T, when string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
@@ -70,7 +73,34 @@ func waitParked(t *testing.T, when string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%s, %d readers wait in awaitInput and %d inside coder/websocket; want 1 and 0", when, parked, inside)
+			t.Fatalf("%s, %d readers parked and %d inside coder/websocket; want 1 and 0", when, parked, inside)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestParkedSocketClosedByServer: a socket whose reader is parked, and which the server
+// closes while no input arrives (its client answers no heartbeat ping), ends: the client
+// reads the end of the connection, and the socket leaves the open count and the parked
+// readers.
+func TestParkedSocketClosedByServer(t *testing.T) {
+	e := newEnv(t, envOptions{heartbeat: heartbeat.Config{Interval: 50 * time.Millisecond, PongTimeout: 100 * time.Millisecond, IdleTimeout: time.Hour}})
+	rc := dialRaw(t, e, nil)
+	waitParked(t, "fresh")
+	rc.c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	for {
+		if _, _, err := rc.readFrame(); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("the server did not close a socket that answers no ping: %v", err)
+			}
+			break
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for e.metric(t, "wsgateway_conversation_open_sockets", "conversation") != 0 || conversation.ParkedReaders() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("socket closed by the server: open sockets %v, parked readers %d; want 0 and 0",
+				e.metric(t, "wsgateway_conversation_open_sockets", "conversation"), conversation.ParkedReaders())
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

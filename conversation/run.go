@@ -15,8 +15,8 @@ import (
 
 // serveConversation reads frames until the socket closes, then ends the socket. When its
 // reader parks (idle.go), it reads each frame on a goroutine of its own: after the frame, or
-// a control frame, it hands the reading on to a new goroutine, which waits for the next one
-// with a stack that has not grown, and returns.
+// a control frame, it hands the reading on (readNext) to the poller, which starts a new
+// goroutine when the next input arrives, or to a new goroutine at once, and returns.
 func (c *conn) serveConversation() {
 	for {
 		typ, data, err := c.read()
@@ -38,7 +38,7 @@ func (c *conn) serveConversation() {
 			c.handle(data)
 		}
 		if c.out.in != nil {
-			go c.serveConversation()
+			c.readNext()
 			return
 		}
 	}

@@ -490,7 +490,8 @@ func (s *Server) turnContext(r *http.Request) context.Context {
 
 // serve runs a socket's reader until the socket closes, then forgets the socket (ended).
 // Shutdown waits for it. A conversation socket's reader goes on from goroutine to goroutine
-// (serveConversation), and the last one calls ended.
+// (serveConversation), parked in the poller between frames where it can be, and the last
+// one calls ended.
 func (s *Server) serve(c *conn, runID, offset string) {
 	s.cfg.Metrics.SocketOpened(metrics.TransportWebSocket, c.kind())
 	c.ws.SetReadLimit(-1) // the reader applies Config.ReadLimit (conn.read)
@@ -499,7 +500,9 @@ func (s *Server) serve(c *conn, runID, offset string) {
 		s.ended(c)
 		return
 	}
-	c.serveConversation()
+	if !c.park() {
+		c.serveConversation()
+	}
 }
 
 // ended forgets a socket whose reader stopped; it is the reader's last step.

@@ -15,7 +15,10 @@ import (
 	"github.com/wsgateway/wsgateway/conversation"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The idle sockets' poller lives as long as the process (conversation/poller_linux.go).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/wsgateway/wsgateway/conversation.(*poller).run"))
+}
 
 func env(m map[string]string) func(string) (string, bool) {
 	return func(k string) (string, bool) {
