@@ -4,6 +4,7 @@ package conversation
 
 import (
 	"fmt"
+	"os"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -30,7 +31,8 @@ import (
 // The epoll instance lives as long as the process, and so does its goroutine, started by
 // the first socket that parks. Where epoll is refused, readers wait in awaitInput.
 type poller struct {
-	fd     int // the epoll instance
+	fd     int      // the epoll instance
+	file   *os.File // fd, kept open
 	mu     sync.Mutex
 	last   uint32           // the last id given
 	parked map[uint32]*conn // the sockets whose reader is parked, by the id of their arming
@@ -50,8 +52,22 @@ func idlePoller() *poller {
 		if err != nil {
 			return
 		}
-		p := &poller{fd: fd, parked: make(map[uint32]*conn)}
-		go p.run()
+		// Non-blocking, the instance is a file Go's own poller watches (an epoll instance
+		// is readable while it has events to report): the poller's goroutine waits as any
+		// socket's would, not in a system call holding a thread, whose return would queue
+		// it behind every runnable goroutine of a busy process.
+		if err := syscall.SetNonblock(fd, true); err != nil {
+			syscall.Close(fd)
+			return
+		}
+		f := os.NewFile(uintptr(fd), "conversation-poller")
+		rc, err := f.SyscallConn()
+		if err != nil {
+			f.Close()
+			return
+		}
+		p := &poller{fd: fd, file: f, parked: make(map[uint32]*conn)}
+		go p.run(rc)
 		thePoller.Store(p)
 	})
 	return thePoller.Load()
@@ -112,24 +128,36 @@ func (p *poller) take(id uint32) *conn {
 	return c
 }
 
-// run starts the reader of each socket whose arming reports, for ever.
-func (p *poller) run() {
+// run starts the reader of each socket whose arming reports, for ever: it waits until rc,
+// the epoll instance, is readable, then takes its events without waiting. Where Go's poller
+// does not watch the instance (rc.Read fails), it waits in epoll_wait.
+func (p *poller) run(rc syscall.RawConn) {
 	events := make([]syscall.EpollEvent, 128)
+	ready := func(uintptr) bool { return p.dispatch(events, 0) > 0 }
 	for {
-		n, err := syscall.EpollWait(p.fd, events, -1)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			// Only a fault of this code: every parked socket would wait for ever.
-			panic(fmt.Sprintf("conversation: epoll_wait: %v", err))
-		}
-		for _, ev := range events[:n] {
-			if c := p.take(uint32(ev.Fd)); c != nil {
-				go c.serveConversation()
-			}
+		if err := rc.Read(ready); err != nil {
+			p.dispatch(events, -1)
 		}
 	}
+}
+
+// dispatch takes the events epoll reports within timeout (ms, -1: until there is one) and
+// starts the reader of each socket still parked under its id; it returns how many it took.
+func (p *poller) dispatch(events []syscall.EpollEvent, timeout int) int {
+	n, err := syscall.EpollWait(p.fd, events, timeout)
+	if err == syscall.EINTR {
+		return 0
+	}
+	if err != nil {
+		// Only a fault of this code: every parked socket would wait for ever.
+		panic(fmt.Sprintf("conversation: epoll_wait: %v", err))
+	}
+	for _, ev := range events[:n] {
+		if c := p.take(uint32(ev.Fd)); c != nil {
+			go c.serveConversation()
+		}
+	}
+	return n
 }
 
 // parkedReaders returns how many sockets' readers are parked in the poller.
