@@ -124,8 +124,9 @@
 // # Goroutines and memory
 //
 // Each socket has one reader goroutine, which the Server starts after the upgrade so that
-// net/http's goroutine and handshake buffers are freed (on Unix, over plain TCP, an idle
-// reader waits outside coder/websocket with a small stack: idle.go), and one writer
+// net/http's goroutine and handshake buffers are freed (over plain TCP an idle reader waits
+// outside coder/websocket: on Linux it is no goroutine, parked in the poller until input
+// arrives, elsewhere on Unix a goroutine with a small stack: idle.go), and one writer
 // goroutine started on demand when a frame is queued, which exits when the queue is empty
 // and also performs the close. The outbound queue is bounded (Config.QueueSize frames,
 // Config.QueueBytes bytes): a turn's frame that does not fit closes a conversation socket

@@ -156,9 +156,9 @@ func (c *conn) next() (websocket.MessageType, io.Reader, error) {
 }
 
 // awaitInput waits until the connection has input when the read buffer is empty; it returns
-// at once for a socket whose reader does not park, and for one the poller woke (it has). The writer's close handshake reads the
-// buffer too, after it set gone under mu (writeLoop), so the buffer is looked at under mu,
-// and only before that.
+// at once for a socket whose reader does not park, and for one the poller woke (it has
+// input). The writer's close handshake reads the buffer too, after it set gone under mu
+// (writeLoop), so the buffer is looked at under mu, and only before that.
 func (c *conn) awaitInput() {
 	b := c.out
 	if b.in == nil {
