@@ -65,18 +65,15 @@ func memoryBudget(mode, limit int64) int64 {
 // the peak, 80 to 100 MiB in use a minute later). The runtime keeps the difference: garbage
 // until the next collection, which idle sockets' heartbeats trigger only after minutes, and
 // free heap, which its scavenger returns slowly and only down to about 110% of the next
-// collection's goal. So every idleLookInterval the process looks at its heap, and when it
-// holds trimMinGain more than after its last return (or at its start) and allocated little
-// for trimQuietLooks looks in a row (under a sixteenth of the heap it holds each time: the
-// peak is over), it collects and returns the free heap to the system at once
-// (debug.FreeOSMemory). Under load the allocation rate keeps it from running; idle, it runs
-// a few seconds after each peak (before, it looked every 30 s, and 5,000 sockets after a
-// turn each held 2 KiB more for up to a minute), then whenever the heartbeats' garbage has
-// grown the heap by trimMinGain: one forced collection at a time. Bursts that come more
-// often than trimQuietLooks apart keep their pages.
+// collection's goal. So every trimInterval the process looks at its heap, and when it holds
+// trimMinGain more than after its last return (or at its start) and allocated little since
+// the last look (the peak is over), it collects and returns the free heap to the system at
+// once (debug.FreeOSMemory). Under load the allocation rate keeps it from running; idle, it
+// runs after each peak, then whenever the heartbeats' garbage has grown the heap by
+// trimMinGain (at 10,000 sockets about once a minute): one forced collection at a time.
 const (
-	trimQuietLooks = 5
-	trimMinGain    = 32 << 20
+	trimInterval = 30 * time.Second
+	trimMinGain  = 32 << 20
 )
 
 // Keeping the heap tight while idle. Idle sockets allocate little but steadily: each
@@ -167,7 +164,6 @@ func (g *idleCollector) step() bool {
 type trimmer struct {
 	last  heapState // the last look
 	floor uint64    // the least heap held since the last return
-	quiet int       // looks in a row that found little allocated
 }
 
 func newTrimmer() *trimmer {
@@ -176,18 +172,13 @@ func newTrimmer() *trimmer {
 }
 
 // shouldTrim reports whether the heap now, after the last look, is worth trimming: it holds
-// at least trimMinGain beyond its floor, and what was allocated since each of the last
-// trimQuietLooks looks is under a sixteenth of what it holds (the load that needed it has
-// passed).
+// at least trimMinGain beyond its floor, and what was allocated since the last look is
+// under a quarter of what it holds (the load that needed it has passed).
 func (t *trimmer) shouldTrim(now heapState) bool {
-	if now.allocs-t.last.allocs < now.held/16 {
-		t.quiet++
-	} else {
-		t.quiet = 0
-	}
+	quiet := now.allocs-t.last.allocs < now.held/4
 	t.last = now
 	t.floor = min(t.floor, now.held)
-	return t.quiet >= trimQuietLooks && now.held > t.floor+trimMinGain
+	return quiet && now.held > t.floor+trimMinGain
 }
 
 // step looks at the heap and trims it if it should; it returns the heap held before and
@@ -200,16 +191,17 @@ func (t *trimmer) step() (before, after uint64) {
 	debug.FreeOSMemory()
 	t.last = readHeap()
 	t.floor = t.last.held
-	t.quiet = 0
 	return now.held, t.last.held
 }
 
-// returnMemory runs the trimmer, then, unless it trimmed, the idle collector, every
+// returnMemory runs the trimmer every trimInterval and the idle collector every
 // idleLookInterval until ctx ends, logging each return; with returnFree the idle collector
 // returns the heap it frees.
 func returnMemory(ctx context.Context, log *slog.Logger, returnFree bool) {
 	t := newTrimmer()
 	g := &idleCollector{last: readHeap(), returnFree: returnFree}
+	trim := time.NewTicker(trimInterval)
+	defer trim.Stop()
 	look := time.NewTicker(idleLookInterval)
 	defer look.Stop()
 	for {
@@ -217,12 +209,11 @@ func returnMemory(ctx context.Context, log *slog.Logger, returnFree bool) {
 		case <-ctx.Done():
 			return
 		case <-look.C:
-			if before, after := t.step(); after < before {
-				g.last = t.last
-				log.Debug("returned free heap to the system", "held_before_mib", before>>20, "held_after_mib", after>>20)
-				continue
-			}
 			g.step()
+		case <-trim.C:
+			if before, after := t.step(); after < before {
+				log.Debug("returned free heap to the system", "held_before_mib", before>>20, "held_after_mib", after>>20)
+			}
 		}
 	}
 }
