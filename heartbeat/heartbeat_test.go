@@ -243,3 +243,55 @@ func TestDeadline(t *testing.T) {
 		q.e.Remove()
 	})
 }
+
+// Sockets opened together are not pinged together: a tick sends at most its budget, the rest
+// in the next ticks, and the wave stays spread in the intervals after; every socket is still
+// pinged once an interval.
+func TestPingsSpread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 3000
+		w := newWheel(t, cfg)
+		budget := w.pingBudget(n) // 200: twice the share of a 1 s tick in 30 s
+		if budget != 200 {
+			t.Fatalf("budget for %d entries = %d, want 200", n, budget)
+		}
+		peers := make([]*peer, n)
+		for i := range peers {
+			peers[i] = add(w, true)
+		}
+		for range 3 {
+			time.Sleep(30 * time.Second)
+			for _, p := range peers {
+				p.e.Touch()
+			}
+		}
+		time.Sleep(15 * time.Second)
+		perTick := map[time.Duration]int{}
+		for i, p := range peers {
+			pings, expired, _ := p.snapshot()
+			if len(expired) != 0 {
+				t.Fatalf("peer %d expired %v", i, expired)
+			}
+			if len(pings) != 3 {
+				t.Fatalf("peer %d pinged at %v, want 3 pings in 105 s", i, pings)
+			}
+			for k, at := range pings {
+				if k > 0 && pings[k]-pings[k-1] != 30*time.Second {
+					t.Errorf("peer %d pinged at %v: not one interval apart", i, pings)
+				}
+				perTick[at.Truncate(time.Second)]++
+			}
+			if pings[0] < 30*time.Second || pings[0] > 45*time.Second {
+				t.Errorf("peer %d first pinged at %v, want within 30 s to 45 s", i, pings[0])
+			}
+		}
+		for at, k := range perTick {
+			if k > budget {
+				t.Errorf("%d pings in the tick at %v, want at most %d", k, at, budget)
+			}
+		}
+		if len(perTick) != 3*n/budget {
+			t.Errorf("pings in %d ticks, want %d", len(perTick), 3*n/budget)
+		}
+	})
+}
