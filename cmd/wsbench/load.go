@@ -674,26 +674,37 @@ func (b *bench) replay(ctx context.Context, n int) *replayReport {
 }
 
 // idleCurve samples the server's memory every cfg.SampleEvery for cfg.IdleAfter while every
-// socket idles, the first sample at once.
+// socket idles, the first sample at once. With --pid it reads the server's CPU every second
+// too: each sample after the first holds the busiest second since the one before (the
+// heartbeats' CPU comes in waves when many sockets are pinged at once).
 func (b *bench) idleCurve(ctx context.Context, mem *memProbe, base int64) []idleSample {
 	var curve []idleSample
 	start := time.Now()
-	t := time.NewTicker(b.cfg.SampleEvery)
-	defer t.Stop()
+	sec := time.NewTicker(time.Second)
+	defer sec.Stop()
+	lastCPU, _ := procStat(b.cfg.PID)
+	var peak time.Duration
+	next := start
 	for {
-		// One scrape per sample: each costs the server allocations of its own.
-		g := scrapeGauges(ctx, b.cfg.MetricsURL, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
-		x := idleSample{Seconds: time.Since(start).Seconds(), RSSBytes: mem.rss(ctx),
-			HeapInuseBytes: g[0], StackInuseBytes: g[1], Goroutines: g[2]}
-		if base > 0 && x.RSSBytes > 0 {
-			x.RSSPerSocket = float64(x.RSSBytes-base) / float64(b.cfg.Sockets)
-		}
-		curve = append(curve, x)
-		if time.Since(start) >= b.cfg.IdleAfter {
-			return curve
+		if now := time.Now(); !now.Before(next) {
+			// One scrape per sample: each costs the server allocations of its own.
+			g := scrapeGauges(ctx, b.cfg.MetricsURL, "go_memstats_heap_inuse_bytes", "go_memstats_stack_inuse_bytes", "go_goroutines")
+			x := idleSample{Seconds: now.Sub(start).Seconds(), RSSBytes: mem.rss(ctx),
+				HeapInuseBytes: g[0], StackInuseBytes: g[1], Goroutines: g[2], CPUPeakSeconds: peak.Seconds()}
+			if base > 0 && x.RSSBytes > 0 {
+				x.RSSPerSocket = float64(x.RSSBytes-base) / float64(b.cfg.Sockets)
+			}
+			curve = append(curve, x)
+			peak = 0
+			if now.Sub(start) >= b.cfg.IdleAfter {
+				return curve
+			}
+			next = next.Add(b.cfg.SampleEvery)
 		}
 		select {
-		case <-t.C:
+		case <-sec.C:
+			cpu, _ := procStat(b.cfg.PID)
+			peak, lastCPU = max(peak, cpu-lastCPU), cpu
 		case <-ctx.Done():
 			return curve
 		}

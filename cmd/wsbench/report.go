@@ -71,6 +71,9 @@ type idleSample struct {
 	HeapInuseBytes  int64   `json:"heapInuseBytes,omitempty"`
 	StackInuseBytes int64   `json:"stackInuseBytes,omitempty"`
 	Goroutines      int64   `json:"goroutines,omitempty"`
+	// CPUPeakSeconds is the server's CPU in its busiest second since the previous sample
+	// (with --pid).
+	CPUPeakSeconds float64 `json:"cpuPeakSeconds,omitempty"`
 }
 
 // replayReport is the catch-up of completed runs read from their start.
@@ -144,8 +147,8 @@ func (r *report) writeTable(w io.Writer) {
 		row("server goroutines (idle)", "%d", r.Goroutines)
 	}
 	for _, x := range r.IdleCurve {
-		row(fmt.Sprintf("idle after turns, %3.0f s", x.Seconds), "RSS %s, %.1f KiB per socket; heap %s, stacks %s, %d goroutines",
-			mib(x.RSSBytes), x.RSSPerSocket/1024, mib(x.HeapInuseBytes), mib(x.StackInuseBytes), x.Goroutines)
+		row(fmt.Sprintf("idle after turns, %3.0f s", x.Seconds), "RSS %s, %.1f KiB per socket; heap %s, stacks %s, %d goroutines; busiest second %.2f s of CPU",
+			mib(x.RSSBytes), x.RSSPerSocket/1024, mib(x.HeapInuseBytes), mib(x.StackInuseBytes), x.Goroutines, x.CPUPeakSeconds)
 	}
 	if r.Replay != nil {
 		row("replay from start", "%d runs, %d events in %.2f s: %.0f events/s", r.Replay.Runs, r.Replay.Events, r.Replay.Seconds, r.Replay.EventsPerSec)

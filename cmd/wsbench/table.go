@@ -348,6 +348,21 @@ func (r *results) rows() []tableRow {
 			row(fmt.Sprintf("RSS per socket %.0f s after one turn each (KiB)", at), num(a, na, "%.1f"), num(b, nb, "%.1f"), ratio(a, b, na, nb), "the fresh figure, and below reference")
 		}
 	}
+	busiest := func(x *report) float64 {
+		if len(x.IdleCurve) < 2 { // the first sample has no second before it
+			return nan
+		}
+		peak := 0.0
+		for _, s := range x.IdleCurve[1:] {
+			peak = max(peak, s.CPUPeakSeconds)
+		}
+		return peak
+	}
+	a, na = median(r.load["idlecurve.gateway"], busiest)
+	b, nb = median(r.load["idlecurve.reference"], busiest)
+	if na+nb > 0 {
+		row("idle curve: the server's CPU in its busiest second while idle (s)", num(a, na, "%.2f"), num(b, nb, "%.2f"), ratio(a, b, na, nb), "")
+	}
 	rs, nrs := median(r.load["drops.gateway"], func(x *report) float64 { return float64(x.Resumes) })
 	e, ne := median(r.load["drops.gateway"], errs)
 	row("random drops: resumes; errors", text(num(e, ne, "%.0f"), num(rs, nrs, "%.0f").String()+"; "+num(e, ne, "%.0f").String()), none, "", "0 errors")

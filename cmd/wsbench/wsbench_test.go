@@ -157,12 +157,21 @@ func TestLoadGateway(t *testing.T) {
 	code, out, errOut := wsbenchRun(t, "--url", "ws://"+gw.addr+"/ws", "--pid", strconv.Itoa(gw.pid), "--timestamps",
 		"--metrics-url", "http://"+gw.addr+"/metrics", "--sockets", strconv.Itoa(sockets), "--turns", strconv.Itoa(turns),
 		"--tokens", strconv.Itoa(tokens), "--interval-ms", "1", "--drop", "0.03", "--replay", "2",
-		"--idle-settle", "100ms", "--progress", "0", "--json")
+		"--idle-settle", "100ms", "--idle-after", "2s", "--sample-every", "1s", "--progress", "0", "--json")
 	if code != 0 {
 		t.Fatalf("wsbench exit %d\n%s\n%s", code, out, errOut)
 	}
 	rep := decodeReport(t, out)
 	checkLoad(t, rep, sockets, turns, tokens, 2)
+	// The idle curve: a sample at once and one a second for 2 s, each with the server's RSS.
+	if len(rep.IdleCurve) != 3 {
+		t.Errorf("idle curve %+v: want 3 samples, at 0, 1 and 2 s", rep.IdleCurve)
+	}
+	for _, x := range rep.IdleCurve {
+		if x.RSSBytes <= 0 || x.Goroutines <= 0 {
+			t.Errorf("idle sample %+v: want the server's RSS and goroutines", x)
+		}
+	}
 	// About 30 drops are expected among 1,000 events: the resumes must have happened, and
 	// checkLoad proved each of those turns still arrived whole and once.
 	if rep.Resumes == 0 {
