@@ -279,7 +279,7 @@ var serveFlags = []serveFlag{
 	}},
 	{"heartbeat", "30s", "interval of the {\"type\":\"ping\"} frames and WebSocket pings", durationSetter(func(c *serveConfig) *time.Duration { return &c.heartbeat })},
 	{"idle-timeout", "5m", "close a socket with no inbound frame for this long, unless a turn it started is still producing or it follows a thread", durationSetter(func(c *serveConfig) *time.Duration { return &c.idleTimeout })},
-	{"idle-memory", idleMemoryKeep, "what an idle gateway does with the heap its idle collections free: keep (the next turns reuse it) or return (to the system: 1 to 2 KiB less per idle socket, but the next turns pay a page fault for every page they grow into again)", func(c *serveConfig, v string) error {
+	{"idle-memory", idleMemoryReturn, "what an idle gateway does with the heap its idle collections free: return it (to the system: 1 to 3 KiB less per idle socket, while the next turns pay a page fault for every page they grow into again) or keep it (for the next turns to reuse)", func(c *serveConfig, v string) error {
 		if v != idleMemoryKeep && v != idleMemoryReturn {
 			return fmt.Errorf("want %s or %s", idleMemoryKeep, idleMemoryReturn)
 		}

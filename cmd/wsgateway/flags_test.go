@@ -66,6 +66,7 @@ func TestParseServeDefaults(t *testing.T) {
 	want.agentTurnTimeout, want.agentAPIKeyEnv = 30*time.Minute, "OPENAI_API_KEY"
 	want.agentHistoryBytes = 512 << 10
 	want.multitask = "enqueue"
+	want.idleReturn = true
 	want.maxPrincipalTurns, want.principalTurnRate, want.principalTurnBurst = 32, 10, 40
 	want.maxPrincipalHydrates, want.maxPrincipalReaders, want.refusalDelay = 8, 16, 500*time.Millisecond
 	want.tokenBudgetPeriod, want.usageRetention = 24*time.Hour, 90*24*time.Hour

@@ -89,13 +89,13 @@ const (
 // either: the memory saved would not be worth a collection.
 //
 // A collection alone leaves the runtime keeping the freed pages, up to about 110% of its
-// next goal (twice the live heap), for the next turns to reuse: 10,000 fresh sockets hold
-// about 10 KiB each. With --idle-memory return the collection also returns them to the
-// system (about 8 KiB each), and the next turns fault in every page they grow into again:
-// cheap on most hosts (well under a microsecond a page), 12 to 17 µs a page on the
-// virtual machine the benchmarks ran on, where a burst of 100 turns after an idle spell
-// took up to a quarter of a second more of the gateway's CPU and its first events tens of
-// milliseconds longer (BENCHMARKS.md).
+// next goal (twice the live heap), for the next turns to reuse (--idle-memory keep: 5,000
+// sockets after a turn each hold 9.4 to 10.6 KiB each). By default (--idle-memory return)
+// the collection also returns them to the system (about 7.7 KiB each), and the next turns
+// fault in every page they grow into again: cheap on most hosts (well under a microsecond
+// a page), 12 to 17 µs a page on the virtual machine the benchmarks ran on, where a burst
+// of 100 turns after an idle spell took up to 0.1 s more of the gateway's CPU, its first
+// events within the spread of one run to the next (BENCHMARKS.md).
 const (
 	idleLookInterval = time.Second
 	idleSlack        = 4 // objects may exceed the live heap by a quarter of it
