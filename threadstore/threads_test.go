@@ -582,3 +582,39 @@ func TestAcceptRunQueuedResubmit(t *testing.T) {
 		t.Fatalf("r3 once r1 and r2 ended: state %q, runs %+v; want running, three runs", th.RunState("r3"), th.Runs)
 	}
 }
+
+// TestThreadCountDuringCount: a thread this store creates while it asks the stream for the
+// count, and which the count's answer holds already, is counted once: the principal may still
+// create its last threads.
+func TestThreadCountDuringCount(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.Threads.MaxThreadsPerPrincipal = 3
+	s := openStore(t, cfg)
+	ctx := context.Background()
+	start := func(id string) error {
+		_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id), Overlap{})
+		return err
+	}
+	if err := start("T0"); err != nil {
+		t.Fatal(err)
+	}
+	// The count is stale; as it is asked again, a thread of alice's lands and this store
+	// counts its creation.
+	s.counts.mu.Lock()
+	s.counts.m["alice"].at = time.Now().Add(-2 * countFresh)
+	s.counts.mu.Unlock()
+	countHook = func(principal string) {
+		if _, err := s.threads.Put(ctx, threadKey(principal, "T1"), []byte("{}")); err != nil {
+			t.Error(err)
+		}
+		s.counted(principal, 1)
+	}
+	t.Cleanup(func() { countHook = nil })
+	if err := start("T2"); err != nil {
+		t.Fatalf("the third of 3 threads: %v", err)
+	}
+	countHook = nil
+	if err := start("T3"); !errors.Is(err, ErrThreadLimit) {
+		t.Fatalf("a fourth thread: %v, want ErrThreadLimit", err)
+	}
+}
