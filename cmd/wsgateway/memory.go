@@ -90,7 +90,7 @@ const (
 //
 // A collection alone leaves the runtime keeping the freed pages, up to about 110% of its
 // next goal (twice the live heap), for the next turns to reuse (--idle-memory keep: 5,000
-// sockets after a turn each hold 9.4 to 10.6 KiB each). By default (--idle-memory return)
+// sockets after a turn hold 9.4 to 10.6 KiB each). By default (--idle-memory return)
 // the collection also returns them to the system (about 7.7 KiB each), and the next turns
 // fault in every page they grow into again: cheap on most hosts (well under a microsecond
 // a page), 12 to 17 µs a page on the virtual machine the benchmarks ran on, where a burst
