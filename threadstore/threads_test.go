@@ -326,6 +326,12 @@ func TestThreadKeptValue(t *testing.T) {
 	}
 }
 
+// startThread accepts the first run of alice's thread id, which creates the thread.
+func startThread(ctx context.Context, s *Store, id string) error {
+	_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id), Overlap{})
+	return err
+}
+
 // TestThreadCountKept: runs that start threads of one principal at once count its threads
 // with one request, and the store's own creations and deletions keep the bound exact.
 func TestThreadCountKept(t *testing.T) {
@@ -333,11 +339,7 @@ func TestThreadCountKept(t *testing.T) {
 	cfg.Threads.MaxThreadsPerPrincipal = 25
 	s := openStore(t, cfg)
 	ctx := context.Background()
-	start := func(i int) error {
-		id := fmt.Sprintf("T%d", i)
-		_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id), Overlap{})
-		return err
-	}
+	start := func(i int) error { return startThread(ctx, s, fmt.Sprintf("T%d", i)) }
 	var wg sync.WaitGroup
 	for i := range 20 {
 		wg.Go(func() {
@@ -591,10 +593,7 @@ func TestThreadCountDuringCount(t *testing.T) {
 	cfg.Threads.MaxThreadsPerPrincipal = 3
 	s := openStore(t, cfg)
 	ctx := context.Background()
-	start := func(id string) error {
-		_, err := s.AcceptRun(ctx, "alice", id, "r"+id, turnInput(id, "r"+id, "ur"+id, "hello"), s.ReadThreadAhead(ctx, "alice", id), Overlap{})
-		return err
-	}
+	start := func(id string) error { return startThread(ctx, s, id) }
 	if err := start("T0"); err != nil {
 		t.Fatal(err)
 	}
