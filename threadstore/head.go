@@ -185,7 +185,7 @@ type threadCounts struct {
 }
 
 // threadCount is a principal's count: n once done is closed (err: the count failed), from
-// the count of at and this store's creations and deletions since it was asked.
+// the count of at and this store's creations and deletions since it was answered.
 type threadCount struct {
 	done chan struct{}
 	n    int
@@ -225,7 +225,7 @@ func (s *Store) threadCount(ctx context.Context, principal string) (int, error) 
 		}
 		n, err := s.countThreads(ctx, principal)
 		c.mu.Lock()
-		e.n, e.err, e.at = e.n+n, err, time.Now()
+		e.n, e.err, e.at = n, err, time.Now() // nothing was counted while it was asked (counted)
 		if err != nil && c.m[principal] == e {
 			delete(c.m, principal) // the next run asks again
 		}
